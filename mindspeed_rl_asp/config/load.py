@@ -1,0 +1,123 @@
+"""Compose, type-check, validate and save the configuration.
+
+Hydra's compose API builds the tree from ``configs/`` plus command-line overrides; the
+result is merged onto the typed schema (unknown keys and wrong types fail here, with
+the key's full name and a suggestion) and then checked by
+:func:`mindspeed_rl_asp.config.validate.validate_config`.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import time
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from .schema import RootConfig
+from .validate import ConfigError, validate_config
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = PACKAGE_ROOT.parent
+
+
+def config_dir() -> Path:
+    """The ``configs/`` directory: beside the package in a checkout (editable install)."""
+    override = os.environ.get("ASP_CONFIG_DIR")
+    candidate = Path(override) if override else REPO_ROOT / "configs"
+    if not (candidate / "config.yaml").is_file():
+        raise ConfigError(
+            f"config directory {candidate} has no config.yaml; install the package from "
+            "a checkout with `pip install -e .` or set ASP_CONFIG_DIR to the configs/ folder"
+        )
+    return candidate
+
+
+def list_group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def _schema_type_at(path: str):
+    """The schema dataclass at a dotted path ('' is the root), or None past a leaf."""
+    node_type = RootConfig
+    for part in [p for p in path.split(".") if p]:
+        match = [f for f in fields(node_type) if f.name == part and callable(f.default_factory)]
+        if not match:
+            return None
+        node_type = type(match[0].default_factory())
+    return node_type
+
+
+def explain_unknown_key(full_key: str) -> str:
+    """Name the unknown key, the closest valid one and the valid keys beside it."""
+    parent_path, _, key = full_key.rpartition(".")
+    node_type = _schema_type_at(parent_path)
+    valid = [f.name for f in fields(node_type)] if node_type and is_dataclass(node_type) else []
+    close = difflib.get_close_matches(key, valid, n=1)
+    prefix = f"{parent_path}." if parent_path else ""
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
+    where = f" of '{parent_path}'" if parent_path else ""
+    listing = f" Valid keys{where}: {', '.join(valid)}." if valid else ""
+    return f"unknown config key '{full_key}'{hint}{listing}"
+
+
+def _compose(overrides: Sequence[str], config_name: str) -> DictConfig:
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import MissingMandatoryValue
+
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            return compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, MissingMandatoryValue) as error:
+        message = str(error).strip().split("\nConfig search path:")[0].strip()
+        unknown = re.search(r"Could not override '([^']+)'", message)
+        if unknown:
+            raise ConfigError(explain_unknown_key(unknown.group(1))) from None
+        raise ConfigError(f"could not compose the config: {message}") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"could not compose the config: {error}") from None
+
+
+def load_config(overrides: Sequence[str] = (), config_name: str = "config", validate: bool = True) -> DictConfig:
+    """Compose ``configs/<config_name>.yaml`` with Hydra overrides and check it.
+
+    Returns a structured DictConfig (typed like :class:`RootConfig`). Raises
+    :class:`ConfigError` with a message that names the bad key or value.
+    """
+    composed = _compose(overrides, config_name)
+    schema = OmegaConf.structured(RootConfig)
+    try:
+        cfg = OmegaConf.merge(schema, composed)
+    except ConfigKeyError as error:
+        raise ConfigError(explain_unknown_key(str(error.full_key))) from None
+    except ValidationError as error:
+        reason = str(error).splitlines()[0]
+        raise ConfigError(f"bad value for config key '{error.full_key}': {reason}") from None
+    OmegaConf.set_readonly(cfg, False)
+    if validate:
+        validate_config(to_dataclass(cfg))
+    return cfg
+
+
+def to_dataclass(cfg: DictConfig) -> RootConfig:
+    """A plain typed object (handy in pure code that must not depend on OmegaConf)."""
+    return OmegaConf.to_object(cfg)
+
+
+def make_run_dir(cfg: DictConfig, command: str) -> Path:
+    """Create the run directory (``run_dir=`` or ``runs/<time>-<command>``) and save the
+    resolved config in it as ``config.yaml``."""
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path("runs") / f"{stamp}-{command}-{cfg.experiment.name}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.run_dir = str(run_dir)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
+    return run_dir

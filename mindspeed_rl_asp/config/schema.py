@@ -1,0 +1,182 @@
+"""Typed schema of the whole configuration tree.
+
+Hydra composes YAML files from ``configs/`` (groups: layout, model, engine, scheduler,
+mode, task, experiment); :func:`mindspeed_rl_asp.config.load.load_config` merges the
+result onto :class:`RootConfig`, so every key is typed and an unknown key is an error.
+
+Keys that MindSpeed-RL users know keep MindSpeed-RL's names: ``global_batch_size``,
+``mini_batch_size``, ``n_samples_per_prompt``, ``max_prompt_length``,
+``tensor_model_parallel_size``, ``infer_tensor_parallel_size``, and the
+``sampling_config`` keys (``max_tokens``, ``temperature``, ``top_p``, ``top_k``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+DEVICE_TYPES = ("cpu", "gpu", "npu")
+ENGINES = ("hf", "vllm", "mindspeed")
+MODES = ("async", "hybrid")
+SCHEDULERS = ("asp", "fifo", "sorted")
+PREDICTORS = ("history", "ridge", "lm", "oracle")
+TASKS = ("maze",)
+
+
+@dataclass
+class LayoutConfig:
+    """Nodes of the cluster and their split between Training (T) and Generation (G) Units.
+
+    In ``mode=async`` the first ``train_nodes`` nodes host the Training Unit (and the
+    Control Unit), the next ``gen_nodes`` host generation actors, one actor per
+    ``infer_instance_size`` devices. In ``mode=hybrid`` every node does both, one after
+    the other, and the split is not used. On one machine a "node" is a logical slot
+    (a Ray resource bundle); ``local`` has three of one CPU "device" each.
+    """
+
+    name: str = "local"
+    device_type: str = "cpu"
+    accelerator: str = "CPU"
+    nodes: int = 3
+    devices_per_node: int = 1
+    train_nodes: int = 1
+    gen_nodes: int = 2
+    infer_instance_size: int = 1
+
+    @property
+    def train_devices(self) -> int:
+        return self.train_nodes * self.devices_per_node
+
+    @property
+    def gen_devices(self) -> int:
+        return self.gen_nodes * self.devices_per_node
+
+    @property
+    def num_generation_actors(self) -> int:
+        return self.gen_devices // self.infer_instance_size
+
+
+@dataclass
+class ModelConfig:
+    """The policy. ``path`` is a local directory (config.json, tokenizer, weights)."""
+
+    name: str = "tiny-maze-qwen3"
+    path: str = "mindspeed_rl_asp/assets/tiny-maze-qwen3"
+    family: str = "qwen3"
+    params_b: float = 0.001
+    active_params_b: float = 0.001
+    dtype: str = "float32"
+    max_position_embeddings: int = 1024
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    expert_model_parallel_size: int = 1
+    infer_tensor_parallel_size: int = 1
+    infer_pipeline_parallel_size: int = 1
+    infer_expert_parallel_size: int = 1
+
+
+@dataclass
+class EngineConfig:
+    """Which engine runs generation and training, and how each actor uses its device."""
+
+    name: str = "hf"
+    device: str = "cpu"
+    dtype: str = "float32"
+    # torch intra-op threads per actor; 0 means torch's default.
+    num_threads: int = 1
+    gpu_memory_utilization: float = 0.5
+    max_num_seqs: int = 64
+
+
+@dataclass
+class SchedulerConfig:
+    """Offline planner; sizes count prompts (each carries n_samples_per_prompt samples)."""
+
+    name: str = "asp"
+    predictor: str = "history"
+    base_batch_size: int = 4
+    slack: int = 1
+    group_size: int = 2
+
+
+@dataclass
+class ModeConfig:
+    """``async``: decoupled T and G with a bounded Training Queue; ``hybrid``: colocated."""
+
+    name: str = "async"
+    max_staleness: int = 2
+    queue_capacity: int = 64
+    high_watermark: float = 0.75
+    low_watermark: float = 0.25
+
+
+@dataclass
+class TaskConfig:
+    """The prompt set. ``maze``: AlphaMaze-format mazes from randomized DFS."""
+
+    name: str = "maze"
+    num_prompts: int = 64
+    seed: int = 0
+    min_size: int = 3
+    max_size: int = 7
+    size_decay: float = 0.6
+    integrity_weight: float = 0.2
+    correctness_weight: float = 1.0
+
+
+@dataclass
+class SamplingConfig:
+    max_tokens: int = 320
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # 0 disables top-k. Keep it 0 for RL: log-probs must be those of the sampling policy.
+    top_k: int = 0
+
+
+@dataclass
+class GenerateConfig:
+    sampling_config: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class RLConfig:
+    """GRPO batch geometry; all ``*_batch_size`` count prompts, not samples."""
+
+    global_batch_size: int = 8
+    mini_batch_size: int = 8
+    n_samples_per_prompt: int = 4
+    max_prompt_length: int = 320
+    micro_batch_size: int = 8
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    clip_grad: float = 1.0
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "none"
+    description: str = ""
+
+
+@dataclass
+class RootConfig:
+    layout: LayoutConfig = field(default_factory=LayoutConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    mode: ModeConfig = field(default_factory=ModeConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    steps: int = 4
+    # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.
+    run_dir: str = ""
+    # Command-specific inputs (asp-schedule, asp-generate); unused by others.
+    input: Optional[str] = None
+    output: Optional[str] = None

@@ -1,0 +1,191 @@
+"""Checks that need more than types: every problem names the key and what to change.
+
+All problems are collected and reported together, so a user fixes a config in one go.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .schema import DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says which key and what to change."""
+
+
+def _choice(problems: list[str], key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        problems.append(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def _positive(problems: list[str], key: str, value: float) -> None:
+    if not value > 0:
+        problems.append(f"{key}={value} must be > 0")
+
+
+def _divides(problems: list[str], small_key: str, small: int, big_key: str, big: int, fix: str) -> None:
+    if small > 0 and big % small != 0:
+        problems.append(f"{small_key}={small} does not divide {big_key}={big}; {fix}")
+
+
+def layout_problems(layout, mode_name: str) -> list[str]:
+    p: list[str] = []
+    _choice(p, "layout.device_type", layout.device_type, DEVICE_TYPES)
+    for key in ("nodes", "devices_per_node", "infer_instance_size"):
+        _positive(p, f"layout.{key}", getattr(layout, key))
+    if p:
+        return p
+    if mode_name == "async":
+        if layout.train_nodes < 1 or layout.gen_nodes < 1:
+            p.append(
+                f"mode=async needs at least one T and one G node, got layout.train_nodes="
+                f"{layout.train_nodes}, layout.gen_nodes={layout.gen_nodes}"
+            )
+        elif layout.train_nodes + layout.gen_nodes > layout.nodes:
+            p.append(
+                f"layout.train_nodes + layout.gen_nodes = {layout.train_nodes} + {layout.gen_nodes} "
+                f"= {layout.train_nodes + layout.gen_nodes} exceeds layout.nodes={layout.nodes}; "
+                "lower one of them, raise layout.nodes, or run mode=hybrid (colocated)"
+            )
+    _divides(
+        p, "layout.infer_instance_size", layout.infer_instance_size,
+        "layout.devices_per_node", layout.devices_per_node,
+        "an inference instance must fit a node evenly: use a divisor of devices_per_node",
+    )
+    return p
+
+
+def parallel_problems(model, layout, mode_name: str) -> list[str]:
+    p: list[str] = []
+    train_devices = layout.nodes * layout.devices_per_node if mode_name == "hybrid" else layout.train_devices
+    model_parallel = model.tensor_model_parallel_size * model.pipeline_model_parallel_size
+    if train_devices > 0 and model_parallel > 0 and train_devices % model_parallel:
+        p.append(
+            f"model.tensor_model_parallel_size x model.pipeline_model_parallel_size = {model_parallel} "
+            f"does not divide the {train_devices} training devices; change the parallel sizes or "
+            "layout.train_nodes"
+        )
+    elif model_parallel > 0:
+        data_parallel = train_devices // model_parallel
+        if data_parallel and data_parallel % model.expert_model_parallel_size:
+            p.append(
+                f"model.expert_model_parallel_size={model.expert_model_parallel_size} does not divide the "
+                f"data-parallel size {data_parallel} of the training devices"
+            )
+    infer_parallel = model.infer_tensor_parallel_size * model.infer_pipeline_parallel_size
+    for key, size in (("model.infer_tensor_parallel_size x infer_pipeline_parallel_size", infer_parallel),
+                      ("model.infer_expert_parallel_size", model.infer_expert_parallel_size)):
+        _divides(p, key, size, "layout.infer_instance_size", layout.infer_instance_size,
+                 "an inference instance must hold a whole model replica")
+    return p
+
+
+def batch_problems(cfg) -> list[str]:
+    p: list[str] = []
+    rl, sched, task = cfg.rl, cfg.scheduler, cfg.task
+    for key in ("global_batch_size", "mini_batch_size", "n_samples_per_prompt", "micro_batch_size",
+                "max_prompt_length"):
+        _positive(p, f"rl.{key}", getattr(rl, key))
+    for key in ("base_batch_size", "group_size"):
+        _positive(p, f"scheduler.{key}", getattr(sched, key))
+    _positive(p, "task.num_prompts", task.num_prompts)
+    _positive(p, "steps", cfg.steps)
+    if p:
+        return p
+    _divides(p, "rl.mini_batch_size", rl.mini_batch_size, "rl.global_batch_size", rl.global_batch_size,
+             "a training step is a whole number of optimizer minibatches")
+    samples_per_mini = rl.mini_batch_size * rl.n_samples_per_prompt
+    _divides(p, "rl.micro_batch_size", rl.micro_batch_size,
+             "rl.mini_batch_size x rl.n_samples_per_prompt", samples_per_mini,
+             "micro batches (samples) must tile a minibatch")
+    if sched.slack < 0 or sched.slack >= sched.base_batch_size:
+        p.append(
+            f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
+            f"[0, {sched.base_batch_size - 1}]"
+        )
+    if task.num_prompts < rl.global_batch_size:
+        p.append(
+            f"task.num_prompts={task.num_prompts} is smaller than one training step "
+            f"(rl.global_batch_size={rl.global_batch_size})"
+        )
+    if sched.base_batch_size > task.num_prompts:
+        p.append(f"scheduler.base_batch_size={sched.base_batch_size} exceeds task.num_prompts={task.num_prompts}")
+    return p
+
+
+def sampling_problems(cfg) -> list[str]:
+    p: list[str] = []
+    sc = cfg.generate.sampling_config
+    _positive(p, "generate.sampling_config.max_tokens", sc.max_tokens)
+    _positive(p, "generate.sampling_config.temperature", sc.temperature)
+    if not 0 < sc.top_p <= 1:
+        p.append(f"generate.sampling_config.top_p={sc.top_p} must be in (0, 1]")
+    if sc.top_k < 0:
+        p.append(f"generate.sampling_config.top_k={sc.top_k} must be >= 0 (0 disables top-k)")
+    total = cfg.rl.max_prompt_length + sc.max_tokens
+    if total > cfg.model.max_position_embeddings:
+        p.append(
+            f"rl.max_prompt_length + generate.sampling_config.max_tokens = {total} exceeds "
+            f"model.max_position_embeddings={cfg.model.max_position_embeddings}"
+        )
+    return p
+
+
+def mode_problems(mode) -> list[str]:
+    p: list[str] = []
+    _choice(p, "mode.name", mode.name, MODES)
+    if mode.max_staleness < 0:
+        p.append(f"mode.max_staleness={mode.max_staleness} must be >= 0")
+    _positive(p, "mode.queue_capacity", mode.queue_capacity)
+    if not 0 <= mode.low_watermark <= mode.high_watermark <= 1:
+        p.append(
+            f"watermarks must satisfy 0 <= mode.low_watermark ({mode.low_watermark}) <= "
+            f"mode.high_watermark ({mode.high_watermark}) <= 1"
+        )
+    return p
+
+
+def task_problems(task) -> list[str]:
+    p: list[str] = []
+    _choice(p, "task.name", task.name, TASKS)
+    if task.min_size < 2:
+        p.append(f"task.min_size={task.min_size} must be >= 2")
+    if task.max_size < task.min_size:
+        p.append(f"task.max_size={task.max_size} must be >= task.min_size={task.min_size}")
+    _positive(p, "task.size_decay", task.size_decay)
+    return p
+
+
+def validate_config(cfg) -> None:
+    """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`)."""
+    problems: list[str] = []
+    _choice(problems, "engine.name", cfg.engine.name, ENGINES)
+    _choice(problems, "scheduler.name", cfg.scheduler.name, SCHEDULERS)
+    _choice(problems, "scheduler.predictor", cfg.scheduler.predictor, PREDICTORS)
+    if cfg.engine.num_threads < 0:
+        problems.append(f"engine.num_threads={cfg.engine.num_threads} must be >= 0 (0: torch default)")
+    problems += mode_problems(cfg.mode)
+    problems += layout_problems(cfg.layout, cfg.mode.name)
+    if not problems:
+        problems += parallel_problems(cfg.model, cfg.layout, cfg.mode.name)
+    problems += batch_problems(cfg)
+    problems += sampling_problems(cfg)
+    problems += task_problems(cfg.task)
+    if problems:
+        listing = "\n".join(f"  - {problem}" for problem in problems)
+        raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")
+
+
+def resolve_model_path(path: str) -> Path:
+    """A model path as given, or relative to the repository root; error if missing."""
+    candidate = Path(path)
+    if not candidate.is_absolute() and not candidate.exists():
+        candidate = Path(__file__).resolve().parents[2] / path
+    if not (candidate / "config.json").is_file():
+        raise ConfigError(
+            f"model.path={path!r}: no checkpoint there (expected a directory with config.json). "
+            "Train the tiny policy with `python scripts/train_tiny_policy.py` or point model.path "
+            "at a local Hugging Face checkpoint directory"
+        )
+    return candidate
