@@ -117,7 +117,7 @@ class TaskConfig:
     num_prompts: int = 64
     seed: int = 0
     min_size: int = 3
-    max_size: int = 7
+    max_size: int = 8
     size_decay: float = 0.6
     integrity_weight: float = 0.2
     correctness_weight: float = 1.0
@@ -125,7 +125,7 @@ class TaskConfig:
 
 @dataclass
 class SamplingConfig:
-    max_tokens: int = 320
+    max_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
     # 0 disables top-k. Keep it 0 for RL: log-probs must be those of the sampling policy.
@@ -144,7 +144,7 @@ class RLConfig:
     global_batch_size: int = 8
     mini_batch_size: int = 8
     n_samples_per_prompt: int = 4
-    max_prompt_length: int = 320
+    max_prompt_length: int = 256
     micro_batch_size: int = 8
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "ORIGIN_MARKER",
     "TARGET_MARKER",
     "BLANK_MARKER",
+    "MARKERS",
     "END_OF_TEXT_TOKENS",
     "MazeFormatError",
     "Maze",
@@ -275,7 +276,9 @@ def can_move(maze: Maze, cell: tuple[int, int], move: str) -> bool:
     return _in_grid(maze.size, step(cell, move))
 
 
-def open_neighbours(maze: Maze, cell: tuple[int, int], order: Sequence[str] = DIRECTIONS):
+def open_neighbours(
+    maze: Maze, cell: tuple[int, int], order: Sequence[str] = DIRECTIONS
+) -> list[tuple[str, tuple[int, int]]]:
     """``(move, next_cell)`` for every open side of ``cell``, in ``order``."""
     return [(m, step(cell, m)) for m in order if can_move(maze, cell, m)]
 
@@ -579,9 +582,9 @@ def format_response(maze: Maze) -> str:
 # --------------------------------------------------------------------------
 
 
-def _strip_trailer(text: str) -> str | None:
-    """What follows ``</answer>`` minus whitespace and end-of-text tokens;
-    returns the non-empty remainder if anything else is there, else ''."""
+def _strip_trailer(text: str) -> str:
+    """``text`` (what follows ``</answer>``) with leading whitespace and
+    end-of-text tokens removed; non-empty iff something else is there."""
     rest = text
     while True:
         rest = rest.lstrip()
