@@ -4,3 +4,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def random_policy_dir(tmp_path_factory):
+    """A small randomly initialised Qwen3 policy with the maze tokenizer, on disk."""
+    from mindspeed_rl_asp.policy.tiny_model import build_tiny_policy
+    from mindspeed_rl_asp.policy.tokenizer import build_tokenizer
+
+    path = tmp_path_factory.mktemp("random_policy")
+    tokenizer = build_tokenizer()
+    build_tiny_policy(tokenizer, seed=0, hidden_size=32, num_layers=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,64 @@
+"""What every command-line entry point shares: Hydra-style overrides in, clear errors out.
+
+Each CLI is ``main(argv) -> int`` over :func:`run_command`: arguments are Hydra overrides
+(``key=value``, ``group=option``); ``--help`` lists the config groups and their options;
+``--cfg`` prints the composed config and exits. Expected failures (bad config, missing
+checkpoint, malformed input) print one ``error:`` line, never a library traceback.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Sequence
+
+from ..config.validate import ConfigError
+
+GROUPS = ("layout", "model", "engine", "scheduler", "mode", "task", "experiment")
+
+
+class UserError(Exception):
+    """A problem the user can fix; its message says how."""
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    from ..engines.base import EngineError
+    from ..tasks.maze import MazeFormatError
+
+    return (ConfigError, UserError, EngineError, MazeFormatError, FileNotFoundError)
+
+
+def usage(prog: str, summary: str) -> str:
+    from ..config.load import list_group_options
+
+    lines = [f"usage: {prog} [key=value ...] [group=option ...] [--cfg]", "", summary, "", "config groups:"]
+    lines += [f"  {g:<11}{', '.join(list_group_options(g))}" for g in GROUPS]
+    lines += ["", "examples: seed=3  task.num_prompts=32  layout=ascend910b3_t4g4  run_dir=runs/mine"]
+    return "\n".join(lines)
+
+
+def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (overrides), compose the config and call ``body(cfg)``."""
+    from omegaconf import OmegaConf
+
+    from ..config.load import load_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(prog, summary))
+        return 0
+    print_cfg = "--cfg" in argv
+    overrides = [a for a in argv if a != "--cfg"]
+    try:
+        bad = [a for a in overrides if "=" not in a]
+        if bad:
+            raise UserError(f"argument {bad[0]!r} is not an override; write key=value (see {prog} --help)")
+        cfg = load_config(overrides)
+        if print_cfg:
+            print(OmegaConf.to_yaml(cfg, resolve=True))
+            return 0
+        return int(body(cfg) or 0)
+    except expected_errors() as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

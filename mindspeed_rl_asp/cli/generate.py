@@ -1,0 +1,100 @@
+"""``asp-generate``: sample the policy on maze prompts and print the rewards.
+
+Writes ``config.yaml``, ``samples.jsonl`` (every response with its scores) and
+``summary.json`` into the run directory.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict
+
+SUMMARY = "Sample the policy on maze prompts (task.*), score the responses and print the rewards."
+
+
+def maze_prompts(task_cfg):
+    from ..tasks.maze import MazeTaskSpec, make_dataset
+
+    spec = MazeTaskSpec(min_size=task_cfg.min_size, max_size=task_cfg.max_size, size_decay=task_cfg.size_decay)
+    return make_dataset(task_cfg.num_prompts, task_cfg.seed, spec)
+
+
+def reward_weights(task_cfg):
+    from ..tasks.maze import MazeRewardWeights
+
+    return MazeRewardWeights(integrity=task_cfg.integrity_weight, correctness=task_cfg.correctness_weight)
+
+
+def sampling_params(cfg, seed: int | None = None):
+    from ..engines.base import SamplingParams
+
+    sc = cfg.generate.sampling_config
+    return SamplingParams(max_tokens=sc.max_tokens, temperature=sc.temperature, top_p=sc.top_p, top_k=sc.top_k,
+                          seed=seed)
+
+
+def rewards_table(samples) -> "Table":
+    from rich.table import Table
+
+    by_size = defaultdict(list)
+    for s in samples:
+        by_size[s.maze_size].append(s)
+    table = Table(title="maze rewards by size")
+    for column in ("size", "samples", "integrity", "correctness", "mean reward", "median length"):
+        table.add_column(column, justify="right")
+    for size in sorted(by_size) + ["all"]:
+        rows = samples if size == "all" else by_size[size]
+        lengths = sorted(s.response_length for s in rows)
+        n = len(rows)
+        table.add_row(str(size) if size == "all" else f"{size}x{size}", str(n),
+                      f"{sum(s.integrity for s in rows) / n:.2f}", f"{sum(s.correctness for s in rows) / n:.2f}",
+                      f"{sum(s.reward for s in rows) / n:.3f}", str(lengths[n // 2]))
+    return table
+
+
+def generate(cfg) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ..config.load import make_run_dir
+    from ..config.validate import resolve_model_path
+    from ..engines.registry import make_generation_engine
+    from ..policy.evaluate import sample_and_score
+
+    console = Console()
+    run_dir = make_run_dir(cfg, "generate")
+    model_path = resolve_model_path(cfg.model.path)
+    prompts = maze_prompts(cfg.task)
+    console.print(f"[bold]asp-generate[/] {cfg.model.name} on {len(prompts)} maze prompts "
+                  f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}; run dir {run_dir}")
+    engine = make_generation_engine(cfg.engine, str(model_path))
+    total = len(prompts) * cfg.rl.n_samples_per_prompt
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("generating", total=total)
+
+        def on_batch(done: int, tokens_per_second: float) -> None:
+            progress.update(task, completed=done, description=f"generating ({tokens_per_second:,.0f} tok/s)")
+
+        samples, summary = sample_and_score(
+            engine, engine.tokenizer, prompts, sampling_params(cfg, seed=cfg.seed), reward_weights(cfg.task),
+            n_samples_per_prompt=cfg.rl.n_samples_per_prompt, batch_size=cfg.engine.max_num_seqs, on_batch=on_batch,
+        )
+    with open(run_dir / "samples.jsonl", "w", encoding="utf-8") as f:
+        for s in samples:
+            f.write(json.dumps(asdict(s)) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    console.print(rewards_table(samples))
+    console.print(f"integrity {summary['integrity_rate']:.2f}, correctness {summary['correctness_rate']:.2f}, "
+                  f"mean reward {summary['mean_reward']:.3f}, {summary['tokens_per_second']:,.0f} tokens/s "
+                  f"({summary['generated_tokens']} tokens in {summary['generation_seconds']:.1f} s)")
+    return 0
+
+
+def main(argv=None) -> int:
+    from .common import run_command
+
+    return run_command("asp-generate", SUMMARY, generate, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Sample a policy on maze prompts and score it: the main job's generate-and-reward step.
+
+Used by ``asp-generate``, by the tiny policy's training script (to record its rates)
+and by the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..engines.base import GenerationEngine, SamplingParams
+from ..tasks.maze import MazePrompt, MazeRewardWeights, score_response
+
+
+@dataclass
+class ScoredSample:
+    prompt_id: str
+    maze_size: int
+    response: str
+    response_length: int
+    finished: bool
+    integrity: float
+    correctness: float
+    reward: float
+
+
+def strip_eos(text: str, eos_token: str) -> str:
+    return text[: -len(eos_token)] if text.endswith(eos_token) else text
+
+
+def sample_and_score(
+    engine: GenerationEngine,
+    tokenizer,
+    prompts: Sequence[MazePrompt],
+    sampling: SamplingParams,
+    weights: MazeRewardWeights = MazeRewardWeights(),
+    n_samples_per_prompt: int = 1,
+    batch_size: int = 16,
+    on_batch: Callable[[int, float], None] | None = None,
+) -> tuple[list[ScoredSample], dict[str, float]]:
+    """Generate ``n_samples_per_prompt`` responses per prompt, in batches, and score them.
+
+    Returns the scored samples and a summary (rates, lengths, tokens/s). ``on_batch`` is
+    called with (samples done, batch tokens/s) after each batch, for progress display.
+    """
+    expanded = [p for p in prompts for _ in range(n_samples_per_prompt)]
+    samples: list[ScoredSample] = []
+    total_tokens, total_seconds = 0, 0.0
+    for start in range(0, len(expanded), batch_size):
+        chunk = expanded[start:start + batch_size]
+        ids = [tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in chunk]
+        seed = None if sampling.seed is None else sampling.seed + start
+        out = engine.generate(ids, SamplingParams(**{**sampling.__dict__, "seed": seed}))
+        total_tokens += out.num_tokens
+        total_seconds += out.end_time - out.start_time
+        for item, response_ids, done in zip(chunk, out.response_ids, out.finished):
+            text = strip_eos(tokenizer.decode(response_ids, skip_special_tokens=False), tokenizer.eos_token)
+            scores = score_response(item.prompt, text, weights)
+            samples.append(ScoredSample(item.id, item.size, text, len(response_ids), done, scores["integrity"],
+                                        scores["correctness"], scores["reward"]))
+        if on_batch:
+            on_batch(len(samples), out.tokens_per_second)
+    return samples, summarize(samples, total_tokens, total_seconds)
+
+
+def summarize(samples: Sequence[ScoredSample], tokens: int, seconds: float) -> dict[str, float]:
+    n = max(len(samples), 1)
+    lengths = sorted(s.response_length for s in samples)
+    return {
+        "samples": len(samples),
+        "integrity_rate": sum(s.integrity for s in samples) / n,
+        "correctness_rate": sum(s.correctness for s in samples) / n,
+        "mean_reward": sum(s.reward for s in samples) / n,
+        "finished_rate": sum(s.finished for s in samples) / n,
+        "median_length": float(lengths[len(lengths) // 2]) if lengths else 0.0,
+        "max_length": float(lengths[-1]) if lengths else 0.0,
+        "generated_tokens": tokens,
+        "generation_seconds": seconds,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+    }

@@ -1,0 +1,116 @@
+"""The hf engine: sampling log-probs equal the trainer's, weights move by version."""
+import pytest
+import torch
+
+from mindspeed_rl_asp.engines.base import (EngineError, GenerationEngine, SamplingParams, TrainBatch,
+                                           TrainingEngine)
+from mindspeed_rl_asp.engines.hf import HFGenerationEngine, HFTrainingEngine, nll_loss, pad_batch
+from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, make_dataset
+
+
+@pytest.fixture(scope="module")
+def prompts(random_policy_dir):
+    from mindspeed_rl_asp.policy.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(random_policy_dir)
+    items = make_dataset(6, 0, MazeTaskSpec(min_size=3, max_size=5))
+    return [tok(it.prompt, add_special_tokens=False)["input_ids"] for it in items]
+
+
+@pytest.fixture(scope="module")
+def generator(random_policy_dir):
+    return HFGenerationEngine(random_policy_dir, num_threads=1)
+
+
+@pytest.fixture()
+def trainer(random_policy_dir):
+    return HFTrainingEngine(random_policy_dir, num_threads=1, lr=1e-2, micro_batch_size=4)
+
+
+def test_engines_satisfy_protocols(generator, trainer):
+    assert isinstance(generator, GenerationEngine) and isinstance(trainer, TrainingEngine)
+
+
+def test_pad_batch_layout():
+    ids, att, pos, mask = pad_batch([[5, 6], [7]], [[8], [9, 10]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 8, 0], [0, 7, 9, 10]]
+    assert att.tolist() == [[1, 1, 1, 0], [0, 1, 1, 1]]
+    assert pos[1, 1:].tolist() == [0, 1, 2] and pos[0, :3].tolist() == [0, 1, 2]
+    assert mask.tolist() == [[False, False, True, False], [False, False, True, True]]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_logprobs_match_training_forward(generator, trainer, prompts, temperature):
+    out = generator.generate(prompts, SamplingParams(max_tokens=40, temperature=temperature, seed=1))
+    assert len(out.response_ids) == len(prompts)
+    assert all(len(r) == len(lp) for r, lp in zip(out.response_ids, out.response_logprobs))
+    recomputed = trainer.logprobs(out.prompt_ids, out.response_ids, temperature=temperature)
+    for sampled, evaluated in zip(out.response_logprobs, recomputed):
+        assert torch.allclose(torch.tensor(sampled), torch.tensor(evaluated), atol=1e-4)
+
+
+def test_responses_stop_at_eos(generator, prompts):
+    out = generator.generate(prompts, SamplingParams(max_tokens=60, seed=3))
+    eos = generator.eos_id
+    for response, done in zip(out.response_ids, out.finished):
+        assert eos not in response[:-1]
+        assert done == (response[-1] == eos)
+        assert done or len(response) == 60
+    assert out.num_tokens == sum(out.response_lengths) and out.end_time >= out.start_time
+
+
+def test_same_seed_same_samples(generator, prompts):
+    a = generator.generate(prompts[:2], SamplingParams(max_tokens=20, seed=5))
+    b = generator.generate(prompts[:2], SamplingParams(max_tokens=20, seed=5))
+    assert a.response_ids == b.response_ids
+
+
+def test_train_step_learns_and_versions(trainer, generator, prompts):
+    batch = TrainBatch(prompts[:4], [[10, 11, 12, 1]] * 4)
+    first = trainer.train_step(batch, nll_loss)
+    for _ in range(5):
+        last = trainer.train_step(batch, nll_loss)
+    assert last["loss"] < first["loss"] and trainer.version == 6
+    snapshot = trainer.export_weights()
+    assert snapshot.version == 6
+    generator.load_weights(snapshot)
+    assert generator.weight_version == 6
+    # After the refresh the sampler draws from the trained policy: log-probs agree again.
+    out = generator.generate(prompts[:3], SamplingParams(max_tokens=20, seed=2))
+    for sampled, evaluated in zip(out.response_logprobs, trainer.logprobs(out.prompt_ids, out.response_ids)):
+        assert torch.allclose(torch.tensor(sampled), torch.tensor(evaluated), atol=1e-4)
+
+
+def test_snapshot_is_a_copy(trainer, prompts):
+    snapshot = trainer.export_weights()
+    before = {k: v.clone() for k, v in snapshot.tensors.items()}
+    trainer.train_step(TrainBatch(prompts[:2], [[10, 1]] * 2), nll_loss)
+    assert all(torch.equal(before[k], snapshot.tensors[k]) for k in before)
+
+
+def test_bad_snapshot_is_refused(generator):
+    from mindspeed_rl_asp.engines.base import WeightSnapshot
+
+    with pytest.raises(EngineError, match="does not fit"):
+        generator.load_weights(WeightSnapshot(9, {"nonsense.weight": torch.zeros(1)}))
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(EngineError, match="no checkpoint at"):
+        HFGenerationEngine(tmp_path / "nothing")
+
+
+def test_empty_inputs_are_refused(generator, trainer):
+    with pytest.raises(EngineError):
+        generator.generate([], SamplingParams())
+    with pytest.raises(EngineError):
+        trainer.train_step(TrainBatch([], []), nll_loss)
+
+
+def test_threads_are_configurable(random_policy_dir):
+    before = torch.get_num_threads()
+    try:
+        HFGenerationEngine(random_policy_dir, num_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
