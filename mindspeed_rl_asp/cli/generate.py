@@ -12,19 +12,6 @@ from dataclasses import asdict
 SUMMARY = "Sample the policy on maze prompts (task.*), score the responses and print the rewards."
 
 
-def maze_prompts(task_cfg):
-    from ..tasks.maze import MazeTaskSpec, make_dataset
-
-    spec = MazeTaskSpec(min_size=task_cfg.min_size, max_size=task_cfg.max_size, size_decay=task_cfg.size_decay)
-    return make_dataset(task_cfg.num_prompts, task_cfg.seed, spec)
-
-
-def reward_weights(task_cfg):
-    from ..tasks.maze import MazeRewardWeights
-
-    return MazeRewardWeights(integrity=task_cfg.integrity_weight, correctness=task_cfg.correctness_weight)
-
-
 def sampling_params(cfg, seed: int | None = None):
     from ..engines.base import SamplingParams
 
@@ -60,11 +47,12 @@ def generate(cfg) -> int:
     from ..config.validate import resolve_model_path
     from ..engines.registry import make_generation_engine
     from ..policy.evaluate import sample_and_score
+    from ..tasks import make_task_prompts, reward_weights
 
     console = Console()
     run_dir = make_run_dir(cfg, "generate")
     model_path = resolve_model_path(cfg.model.path)
-    prompts = maze_prompts(cfg.task)
+    prompts = make_task_prompts(cfg.task)
     console.print(f"[bold]asp-generate[/] {cfg.model.name} on {len(prompts)} maze prompts "
                   f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}; run dir {run_dir}")
     engine = make_generation_engine(cfg.engine, str(model_path))

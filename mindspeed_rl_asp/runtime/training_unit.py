@@ -1,0 +1,122 @@
+"""Training Unit: reward, advantages, log-prob evaluation, policy update, weight export.
+
+One Ray actor. It owns the training engine and the prompts' text (rebuilt from the task
+config, deterministic), so a training step needs only prompt ids and the Training
+Queue's payload references. Its version counts completed training steps; the snapshot it
+exports after step ``s`` is version ``s``.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+
+@dataclass
+class StepReport:
+    step: int
+    version: int
+    start: float
+    end: float
+    metrics: dict
+
+
+class TrainingWorker:
+    """The actor body (wrapped with ``ray.remote`` by the runtime)."""
+
+    def __init__(self, engine_cfg: dict, model_path: str, train_cfg: dict, rl_cfg: dict, algo_cfg: dict,
+                 task_cfg: dict, temperature: float):
+        from types import SimpleNamespace
+
+        from ..algo.grpo import GRPOLossConfig, make_loss_fn
+        from ..engines.registry import make_training_engine
+        from ..tasks import make_task_prompts, reward_weights
+
+        rl = SimpleNamespace(**rl_cfg)
+        self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
+                                           rl, temperature)
+        self.tokenizer = self.engine.tokenizer
+        algo = dict(algo_cfg)
+        self.scale_advantages = algo.pop("scale_advantages", True)
+        self.loss_cfg = GRPOLossConfig(**algo)
+        self.loss_fn = make_loss_fn(self.loss_cfg)
+        self.updates_per_step = rl.global_batch_size // rl.mini_batch_size
+        task = SimpleNamespace(**task_cfg)
+        self.prompts = {p.id: p.prompt for p in make_task_prompts(task)}
+        self.weights = reward_weights(task)
+        self.version = 0
+
+    def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
+        """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
+        from ..algo.grpo import group_advantages
+        from ..engines.base import TrainBatch
+        from ..policy.evaluate import strip_eos
+        from ..tasks.maze import score_response
+
+        if step != self.version:
+            raise RuntimeError(f"train_step({step}) on a trainer at version {self.version}: steps out of order")
+        start = time.time()
+        groups = {}
+        for payload in payloads:
+            groups.update(payload)
+        missing = [p for p in prompt_ids if p not in groups]
+        if missing:
+            raise RuntimeError(f"step {step}: no samples for prompts {missing[:3]}")
+        rows, rewards, scores = [], [], []
+        for pid in prompt_ids:
+            group = groups[pid]
+            for response, logprobs in zip(group.response_ids, group.logprobs):
+                text = strip_eos(self.tokenizer.decode(response, skip_special_tokens=False), self.tokenizer.eos_token)
+                score = score_response(self.prompts[pid], text, self.weights)
+                rows.append((pid, group.prompt_ids, response, logprobs, group.version))
+                rewards.append(score["reward"])
+                scores.append(score)
+        advantages = group_advantages(rewards, [r[0] for r in rows], scale=self.scale_advantages)
+        batch = TrainBatch(
+            prompt_ids=[r[1] for r in rows], response_ids=[r[2] for r in rows],
+            extras={"advantages": advantages, "behaviour_logprobs": [r[3] for r in rows],
+                    "versions": [r[4] for r in rows]},
+        )
+        if self.loss_cfg.off_policy in ("decoupled", "tis"):
+            # Proximal policy: the trainer's weights at the start of this step.
+            batch.extras["proximal_logprobs"] = self.engine.logprobs(batch.prompt_ids, batch.response_ids)
+        loss_metrics = self._update(batch)
+        self.version += 1
+        ages = Counter(step - r[4] for r in rows)
+        n = len(rows)
+        metrics = {
+            "reward_mean": sum(rewards) / n,
+            "integrity_rate": sum(s["integrity"] for s in scores) / n,
+            "correctness_rate": sum(s["correctness"] for s in scores) / n,
+            "response_length_mean": sum(len(r[2]) for r in rows) / n,
+            "samples": n,
+            "response_tokens": sum(len(r[2]) for r in rows),
+            "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
+            "policy_age_mean": sum(k * v for k, v in ages.items()) / n,
+            "policy_age_max": max(ages),
+            **loss_metrics,
+        }
+        return StepReport(step, self.version, start, time.time(), metrics)
+
+    def _update(self, batch) -> dict:
+        """``rl.global_batch_size / rl.mini_batch_size`` optimizer updates over the step's samples."""
+        from ..engines.base import TrainBatch
+
+        n = len(batch)
+        per_update = n // self.updates_per_step
+        totals: dict[str, float] = {}
+        for u in range(self.updates_per_step):
+            index = list(range(u * per_update, n if u == self.updates_per_step - 1 else (u + 1) * per_update))
+            sub = TrainBatch([batch.prompt_ids[i] for i in index], [batch.response_ids[i] for i in index],
+                             {k: [v[i] for i in index] for k, v in batch.extras.items()})
+            for key, value in self.engine.train_step(sub, self.loss_fn).items():
+                totals[key] = totals.get(key, 0.0) + value / self.updates_per_step
+        return totals
+
+    def export_weights(self):
+        from ..engines.base import WeightSnapshot
+
+        return WeightSnapshot(self.version, self.engine.export_weights().tensors)
+
+    def save(self, path: str) -> None:
+        self.engine.save(path)
