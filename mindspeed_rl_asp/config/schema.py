@@ -156,6 +156,22 @@ class TrainConfig:
 
 
 @dataclass
+class AlgoConfig:
+    """GRPO loss (see docs/grpo.md). ``off_policy`` corrects for stale samples:
+    ``tis`` (truncated importance weight), ``decoupled`` (decoupled PPO) or ``none``."""
+
+    scale_advantages: bool = True
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    off_policy: str = "tis"
+    tis_cap: Optional[float] = 2.0
+    loss_agg: str = "token_mean"
+    proximal_from_current: bool = False
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "none"
     description: str = ""
@@ -173,6 +189,7 @@ class RootConfig:
     rl: RLConfig = field(default_factory=RLConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     seed: int = 0
     steps: int = 4
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

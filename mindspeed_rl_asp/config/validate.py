@@ -157,6 +157,20 @@ def task_problems(task) -> list[str]:
     return p
 
 
+def algo_problems(algo) -> list[str]:
+    """Reuse the loss config's own checks, reported under the ``algo.`` keys."""
+    from dataclasses import asdict
+
+    from ..algo.grpo import GRPOLossConfig
+
+    values = {k: v for k, v in asdict(algo).items() if k != "scale_advantages"}
+    try:
+        GRPOLossConfig(**values)
+    except ValueError as error:
+        return [f"algo: {error}"]
+    return []
+
+
 def validate_config(cfg) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`)."""
     problems: list[str] = []
@@ -172,6 +186,7 @@ def validate_config(cfg) -> None:
     problems += batch_problems(cfg)
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
+    problems += algo_problems(cfg.algo)
     if problems:
         listing = "\n".join(f"  - {problem}" for problem in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")

@@ -1,0 +1,110 @@
+"""Pictures of a run: the actor timeline as a Gantt chart, queue occupancy, rewards.
+
+Reads ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl`` from a run directory and
+writes PNG files beside them. matplotlib runs headless (Agg).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .timeline import read_spans
+from .writer import read_metrics
+
+COLORS = {"generate": "#4C72B0", "load_weights": "#DD8452", "train": "#55A868", "publish": "#C44E52"}
+
+
+def _lane_order(lane: str) -> tuple[int, int]:
+    if lane == "train":
+        return (0, 0)
+    kind, _, index = lane.partition("-")
+    return (1, int(index) if index.isdigit() else 0)
+
+
+def gantt(run_dir: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spans = read_spans(run_dir / "timeline.jsonl")
+    if not spans:
+        raise ValueError(f"{run_dir / 'timeline.jsonl'} holds no spans")
+    t0 = min(s.start for s in spans)
+    lanes = sorted({s.lane for s in spans}, key=_lane_order)
+    fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(lanes)))
+    for y, lane in enumerate(lanes):
+        for s in (s for s in spans if s.lane == lane):
+            ax.barh(y, s.duration, left=s.start - t0, height=0.6, color=COLORS.get(s.kind, "grey"),
+                    edgecolor="white", linewidth=0.3)
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since start")
+    ax.set_title(f"actor timeline: {run_dir.name}")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    ax.legend(handles, list(COLORS), loc="upper right", fontsize="small", ncol=len(COLORS))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def queue_plot(run_dir: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(run_dir / "queue.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    t0 = rows[0]["time"]
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    ax.step([r["time"] - t0 for r in rows], [r["queued"] for r in rows], where="post", label="queued samples")
+    ax.step([r["time"] - t0 for r in rows], [r["queued"] + r["in_flight"] for r in rows], where="post",
+            label="queued + in flight", alpha=0.6)
+    if rows and "capacity" in rows[0]:
+        ax.axhline(rows[0]["capacity"], color="black", linestyle="--", linewidth=0.8, label="capacity")
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("samples")
+    ax.set_title("Training Queue occupancy")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def reward_plot(run_dir: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    x = [r.get("elapsed_s", r["step"]) for r in rows]
+    for key, label in (("reward_mean", "mean reward"), ("correctness_rate", "correctness"),
+                       ("integrity_rate", "integrity")):
+        if rows and key in rows[0]:
+            ax.plot(x, [r[key] for r in rows], marker="o", markersize=3, label=label)
+    ax.set_xlabel("seconds since start" if rows and "elapsed_s" in rows[0] else "step")
+    ax.set_title("rewards over time")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def make_report(run_dir: Path) -> list[Path]:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    made = []
+    for name, draw, needs in (("timeline.png", gantt, "timeline.jsonl"), ("queue.png", queue_plot, "queue.jsonl"),
+                              ("rewards.png", reward_plot, "metrics.jsonl")):
+        if (run_dir / needs).is_file():
+            made.append(draw(run_dir, run_dir / name))
+    if not made:
+        raise FileNotFoundError(f"{run_dir} has none of timeline.jsonl, queue.jsonl, metrics.jsonl: not a run directory")
+    return made
