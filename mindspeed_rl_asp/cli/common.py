@@ -21,9 +21,11 @@ class UserError(Exception):
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     from ..engines.base import EngineError
+    from ..schedule.partition import ScheduleError
     from ..tasks.maze import MazeFormatError
+    from ..weights.store import WeightStoreError
 
-    return (ConfigError, UserError, EngineError, MazeFormatError, FileNotFoundError)
+    return (ConfigError, UserError, EngineError, MazeFormatError, ScheduleError, WeightStoreError, FileNotFoundError)
 
 
 def usage(prog: str, summary: str) -> str:

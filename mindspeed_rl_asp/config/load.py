@@ -70,10 +70,19 @@ def _compose(overrides: Sequence[str], config_name: str) -> DictConfig:
     from hydra.errors import HydraException
     from omegaconf.errors import MissingMandatoryValue
 
+    from hydra.core.config_store import ConfigStore
+
+    # The typed schema is the first entry of config.yaml's defaults list, so every key
+    # it declares exists (and is typed) before any YAML or override is merged.
+    ConfigStore.instance().store(name="asp_schema", node=RootConfig)
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, MissingMandatoryValue) as error:
+        cause = error.__cause__
+        if isinstance(cause, ValidationError):
+            reason = str(cause).splitlines()[0]
+            raise ConfigError(f"bad value for config key '{cause.full_key}': {reason}") from None
         message = str(error).strip().split("\nConfig search path:")[0].strip()
         unknown = re.search(r"Could not override '([^']+)'", message)
         if unknown:
@@ -83,6 +92,20 @@ def _compose(overrides: Sequence[str], config_name: str) -> DictConfig:
         raise ConfigError(f"could not compose the config: {error}") from None
 
 
+def unknown_keys(node, schema_type=RootConfig, prefix: str = "") -> list[str]:
+    """Keys of a composed config that the schema does not declare (``+key=`` can add them)."""
+    declared = {f.name: f for f in fields(schema_type)}
+    found = []
+    for key in node.keys():
+        if key not in declared:
+            found.append(f"{prefix}{key}")
+            continue
+        child_type = _schema_type_at(f"{prefix}{key}")
+        if child_type is not None and is_dataclass(child_type) and isinstance(node[key], DictConfig):
+            found += unknown_keys(node[key], child_type, f"{prefix}{key}.")
+    return found
+
+
 def load_config(overrides: Sequence[str] = (), config_name: str = "config", validate: bool = True) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with Hydra overrides and check it.
 
@@ -90,6 +113,9 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config", vali
     :class:`ConfigError` with a message that names the bad key or value.
     """
     composed = _compose(overrides, config_name)
+    extra = unknown_keys(composed)
+    if extra:
+        raise ConfigError(explain_unknown_key(extra[0]))
     schema = OmegaConf.structured(RootConfig)
     try:
         cfg = OmegaConf.merge(schema, composed)

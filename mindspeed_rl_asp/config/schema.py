@@ -18,7 +18,7 @@ DEVICE_TYPES = ("cpu", "gpu", "npu")
 ENGINES = ("hf", "vllm", "mindspeed")
 MODES = ("async", "hybrid")
 SCHEDULERS = ("asp", "fifo", "sorted")
-PREDICTORS = ("history", "ridge", "lm", "oracle")
+PREDICTORS = ("reference", "history", "ridge", "lm")
 TASKS = ("maze",)
 
 
@@ -92,7 +92,7 @@ class SchedulerConfig:
     """Offline planner; sizes count prompts (each carries n_samples_per_prompt samples)."""
 
     name: str = "asp"
-    predictor: str = "history"
+    predictor: str = "reference"
     base_batch_size: int = 4
     slack: int = 1
     group_size: int = 2
