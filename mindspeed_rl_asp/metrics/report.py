@@ -42,7 +42,8 @@ def gantt(run_dir: Path, out: Path) -> Path:
     ax.set_xlabel("seconds since start")
     ax.set_title(f"actor timeline: {run_dir.name}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, list(COLORS), loc="upper right", fontsize="small", ncol=len(COLORS))
+    ax.legend(handles, list(COLORS), loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / len(lanes)),
+              fontsize="small", ncol=len(COLORS), frameon=False)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -45,6 +45,11 @@ class TrainingWorker:
         self.prompts = {p.id: p.prompt for p in make_task_prompts(task)}
         self.weights = reward_weights(task)
         self.version = 0
+        self._fail_at_step: int | None = None
+
+    def inject_failure(self, step: int) -> None:
+        """Debug seam for fault tests: ``train_step(step)`` raises."""
+        self._fail_at_step = step
 
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
         """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
@@ -55,6 +60,8 @@ class TrainingWorker:
 
         if step != self.version:
             raise RuntimeError(f"train_step({step}) on a trainer at version {self.version}: steps out of order")
+        if step == self._fail_at_step:
+            raise RuntimeError(f"injected trainer failure at step {step}")
         start = time.time()
         groups = {}
         for payload in payloads:

@@ -1,0 +1,430 @@
+"""``ControlCore``: the one state machine of the Control Unit (events in, actions out).
+
+Pure and deterministic: no Ray, torch, clock, threads or I/O. The Ray runtime and the
+discrete-event simulator drive this same object. A shell loop::
+
+    core = ControlCore(config, minibatches)
+    while True:
+        for action in core.poll():          # decide and mark issued
+            start(action)                   # Generate / LoadWeights / TrainStep / Finish
+        event = wait_for_next_event()       # then report it:
+        # core.on_generated(actor, mb_id) | core.on_minibatch_failed(actor, mb_id)
+        # core.on_weights_loaded(actor, v) | core.on_train_step_done(step)
+        # core.on_published(v)   (the trainer publishes version step + 1 after each step)
+
+The shell keeps the samples (keyed by prompt id); the core tracks ids, counts, versions.
+
+Rules (proofs in docs/control.md):
+
+* Dispatch (``dispatcher``): plan order, failed minibatches first, idle actor with lowest
+  id; a new minibatch needs the throttle off (``queue``), room in the queue for its samples
+  counting in-flight work, and staleness admission (``staleness``) for the version it will
+  be generated with. A throttle never starves the trainer: it is ignored while queued plus
+  running prompts are fewer than one step needs. No dispatch once the prompts admitted
+  cover every step (``total_steps * global_batch_size``).
+* Refresh: an idle actor behind the published version loads it before it generates
+  again (only while there is work to give); so every Generate carries the latest
+  published version. No global pause: the other actors keep going.
+* Trainer: step ``s`` starts once version ``s`` is published, ``global_batch_size`` prompt
+  groups are queued, and the oldest of them pass the staleness deadline check; else it
+  waits. Finished work is never discarded.
+* ``colocated`` (hybrid): no Generate or LoadWeights while a TrainStep runs, no TrainStep
+  while an actor generates or loads; once a step is ready no new generation starts, so the
+  step gets the devices as soon as running generation drains.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from .dispatcher import (ActorStatus, Dispatcher, PlannedMinibatch, ProtocolError, as_minibatches,
+                         minibatches_from_plan)
+from .queue import QueuedGroup, TrainingQueue
+from .staleness import StalenessControl, first_window_gap
+
+__all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Finish", "Action",
+           "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
+           "minibatches_from_plan"]
+
+
+def _check_int(problems: list[str], name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{name}={value!r} must be an int")
+    elif value < minimum:
+        problems.append(f"{name}={value} must be >= {minimum}")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Control knobs; names follow ``RootConfig`` (``rl.*``, ``mode.*``).
+
+    ``global_batch_size`` counts prompts per training step; ``queue_capacity`` counts
+    samples (prompts x ``n_samples_per_prompt``); watermarks are fractions of capacity.
+    ``total_steps=None`` runs every full step the plan can fill (``prompts // batch``).
+    ``colocated``: generation and training share devices and never overlap (hybrid).
+    Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
+    """
+
+    num_actors: int
+    global_batch_size: int
+    n_samples_per_prompt: int
+    max_staleness: int
+    queue_capacity: int
+    high_watermark: float = 0.75
+    low_watermark: float = 0.25
+    total_steps: Optional[int] = None
+    colocated: bool = False
+
+    def __post_init__(self) -> None:
+        p: list[str] = []
+        _check_int(p, "num_actors", self.num_actors, 1)
+        _check_int(p, "global_batch_size", self.global_batch_size, 1)
+        _check_int(p, "n_samples_per_prompt", self.n_samples_per_prompt, 1)
+        _check_int(p, "max_staleness", self.max_staleness, 0)
+        _check_int(p, "queue_capacity", self.queue_capacity, 1)
+        if self.total_steps is not None:
+            _check_int(p, "total_steps", self.total_steps, 1)
+        if not 0.0 <= self.low_watermark <= self.high_watermark <= 1.0:
+            p.append(f"watermarks must satisfy 0 <= low_watermark ({self.low_watermark}) <= "
+                     f"high_watermark ({self.high_watermark}) <= 1")
+        if not p and self.queue_capacity < self.step_samples:
+            p.append(f"queue_capacity={self.queue_capacity} samples cannot hold one step: "
+                     f"global_batch_size={self.global_batch_size} x n_samples_per_prompt="
+                     f"{self.n_samples_per_prompt} = {self.step_samples}")
+        if p:
+            raise ValueError("invalid control config: " + "; ".join(p))
+
+    @property
+    def step_samples(self) -> int:
+        return self.global_batch_size * self.n_samples_per_prompt
+
+    @classmethod
+    def from_root(cls, cfg: Any, num_actors: int, total_steps: Optional[int] = None) -> "ControlConfig":
+        """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``;
+        ``mode.name == "hybrid"`` means colocated."""
+        mode, rl = cfg.mode, cfg.rl
+        return cls(num_actors=num_actors, global_batch_size=rl.global_batch_size,
+                   n_samples_per_prompt=rl.n_samples_per_prompt, max_staleness=mode.max_staleness,
+                   queue_capacity=mode.queue_capacity, high_watermark=mode.high_watermark,
+                   low_watermark=mode.low_watermark,
+                   total_steps=cfg.steps if total_steps is None else total_steps,
+                   colocated=mode.name == "hybrid")
+
+
+# ---------------------------------------------------------------------- actions
+@dataclass(frozen=True)
+class Generate:
+    """Generate ``n_samples_per_prompt`` samples for each prompt with weights ``version``."""
+
+    actor: int
+    minibatch_id: str
+    prompt_ids: tuple[str, ...]
+    version: int
+
+
+@dataclass(frozen=True)
+class LoadWeights:
+    actor: int
+    version: int
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """Train ``step`` (version ``step`` -> ``step + 1``) on these prompt groups;
+    ``versions[i]`` is the behaviour version of ``prompt_ids[i]`` (age = step - version)."""
+
+    step: int
+    prompt_ids: tuple[str, ...]
+    versions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """All ``steps`` are trained. Prompts never trained on, by reason:
+    ``not_dispatched``: beyond what ``steps`` need (incl. the last ``prompts % batch``);
+    ``queued``: generated, but the last minibatch overshot the final step;
+    ``running``: still generating at the end (overshoot too): the shell cancels them."""
+
+    steps: int
+    not_dispatched: tuple[str, ...] = ()
+    queued: tuple[str, ...] = ()
+    running: tuple[str, ...] = ()
+
+
+Action = Union[Generate, LoadWeights, TrainStep, Finish]
+
+
+# ---------------------------------------------------------------------- snapshots
+@dataclass(frozen=True)
+class ActorSnapshot:
+    actor: int
+    status: str
+    version: int
+    minibatch_id: Optional[str]
+    loading: Optional[int]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Metrics view. ``trainer_wait`` says why no step runs: ``publish`` (version not yet
+    published), ``queue`` (fewer than a batch queued), ``deadline`` (an older prompt is
+    still running), ``colocated`` (generation still draining), or None."""
+
+    trainer_version: int
+    published_version: int
+    training_step: Optional[int]
+    total_steps: int
+    finished: bool
+    trainer_wait: Optional[str]
+    queued_prompts: int
+    queued_samples: int
+    in_flight_samples: int
+    queue_capacity: int
+    throttled: bool
+    admitted_prompts: int
+    consumed_prompts: int
+    pending_minibatches: int
+    retry_minibatches: int
+    actors: tuple[ActorSnapshot, ...]
+    age_histogram: dict[int, int] = field(default_factory=dict)     # age -> prompt groups
+    outstanding_by_version: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Where every plan prompt is; the four sets partition the plan's prompts."""
+
+    pending: frozenset[str]
+    running: frozenset[str]
+    queued: frozenset[str]
+    consumed: frozenset[str]
+
+
+# ---------------------------------------------------------------------- the core
+class ControlCore:
+    """Composes dispatcher, queue and staleness control; see the module docstring."""
+
+    def __init__(self, config: ControlConfig, minibatches: Any) -> None:
+        self.config = config
+        mbs = as_minibatches(minibatches)
+        self.total_steps = _check_plan(config, mbs)
+        self.dispatcher = Dispatcher(mbs, config.num_actors)
+        self.queue = TrainingQueue(config.queue_capacity, config.n_samples_per_prompt,
+                                   config.high_watermark, config.low_watermark)
+        self.staleness = StalenessControl(config.max_staleness, config.global_batch_size,
+                                          self.total_steps)
+        self.trainer_version = 0
+        self.published_version = 0
+        self.training: Optional[int] = None
+        self.finished = False
+        self.ages: Counter[int] = Counter()
+        self._consumed: list[str] = []
+
+    # ------------------------------------------------------------------ decide
+    def poll(self) -> list[Action]:
+        """Actions the state allows now; each is committed as issued, so a second call
+        without an event in between returns []. Empty after ``Finish``."""
+        if self.finished:
+            return []
+        if self.training is None and self.trainer_version == self.total_steps:
+            self.finished = True
+            return [self._finish()]
+        colocated = self.config.colocated
+        actions: list[Action] = []
+        batch = self._ready_batch()
+        if batch is not None and not (colocated and self.dispatcher.busy()):
+            actions.append(self._start_step(batch))
+        if not (colocated and (self.training is not None or batch is not None)):
+            actions.extend(self._feed_actors())
+        return actions
+
+    def _ready_batch(self) -> Optional[list[QueuedGroup]]:
+        """The oldest ``global_batch_size`` queued groups if the next step may take them."""
+        if self.training is not None or self.trainer_version >= self.total_steps:
+            return None
+        if self._trainer_wait() is not None:
+            return None
+        return self.queue.oldest(self.config.global_batch_size)
+
+    def _trainer_wait(self) -> Optional[str]:
+        if self.training is not None or self.trainer_version >= self.total_steps:
+            return None
+        if self.published_version != self.trainer_version:
+            return "publish"
+        batch = self.queue.oldest(self.config.global_batch_size)
+        if len(batch) < self.config.global_batch_size:
+            return "queue"
+        if not self.staleness.feasible(self.trainer_version, [g.version for g in batch]):
+            return "deadline"
+        return None
+
+    def _start_step(self, batch: list[QueuedGroup]) -> TrainStep:
+        step = self.trainer_version
+        taken = self.queue.take(len(batch))
+        versions = tuple(g.version for g in taken)
+        self.ages.update(self.staleness.consume(step, versions))
+        ids = tuple(g.prompt_id for g in taken)
+        self._consumed.extend(ids)
+        self.training = step
+        return TrainStep(step, ids, versions)
+
+    def _feed_actors(self) -> list[Action]:
+        out: list[Action] = []
+        published = self.published_version
+        for actor in self.dispatcher.idle_actors():
+            nxt = self._next_dispatch()
+            if nxt is None:
+                break
+            if self.dispatcher.needs_refresh(actor, published):
+                self.dispatcher.start_load(actor, published)
+                out.append(LoadWeights(actor, published))
+                continue
+            index, retry = nxt
+            mb = self.dispatcher.minibatches[index]
+            version = self.dispatcher.actors[actor].version
+            if not retry and self._throttled():
+                break
+            if not (self.queue.fits(mb.size) and self.staleness.admits(mb.size, version)):
+                break
+            self.dispatcher.assign(actor)
+            self.queue.reserve(mb.size)
+            self.staleness.dispatch(mb.size, version)
+            out.append(Generate(actor, mb.minibatch_id, mb.prompt_ids, version))
+        return out
+
+    def _next_dispatch(self) -> Optional[tuple[int, bool]]:
+        """Next (plan index, is_retry), or None when no more prompts are needed."""
+        if self.staleness.admitted >= self.total_steps * self.config.global_batch_size:
+            return None
+        return self.dispatcher.peek()
+
+    def _throttled(self) -> bool:
+        starving = self.queue.queued_prompts + self.running_prompts < self.config.global_batch_size
+        return self.queue.throttled and not starving
+
+    def _finish(self) -> Finish:
+        pending = self._pending_ids()
+        running = [pid for _, k in self.dispatcher.running()
+                   for pid in self.dispatcher.minibatches[k].prompt_ids]
+        return Finish(self.trainer_version, tuple(pending),
+                      tuple(g.prompt_id for g in self.queue.groups()), tuple(running))
+
+    # ------------------------------------------------------------------ events
+    def on_generated(self, actor: int, minibatch_id: str) -> None:
+        """``actor`` finished ``minibatch_id``: all its samples join the queue."""
+        index = self.dispatcher.complete(actor, minibatch_id)
+        version = self.dispatcher.actors[actor].version
+        self.queue.arrive(self.dispatcher.minibatches[index].prompt_ids, version)
+
+    def on_minibatch_failed(self, actor: int, minibatch_id: str) -> None:
+        """``actor`` lost ``minibatch_id``; the shell drops any partial output. It is
+        re-dispatched before any new minibatch. The actor is idle again, same weights."""
+        index = self.dispatcher.fail(actor, minibatch_id)
+        size = self.dispatcher.minibatches[index].size
+        self.queue.release(size)
+        self.staleness.retract(size, self.dispatcher.actors[actor].version)
+
+    def on_weights_loaded(self, actor: int, version: int) -> None:
+        self.dispatcher.finish_load(actor, version)
+
+    def on_train_step_done(self, step: int) -> None:
+        if self.training is None or step != self.training:
+            raise ProtocolError(f"train step {step} reported done; running step is {self.training}")
+        self.training = None
+        self.trainer_version = step + 1
+
+    def on_published(self, version: int) -> None:
+        """The trainer's weights ``version`` are published (atomically) for actors to load."""
+        if not self.published_version < version <= self.trainer_version:
+            raise ProtocolError(f"published version {version}: must be newer than "
+                                f"{self.published_version} and at most the trainer's {self.trainer_version}")
+        self.published_version = version
+
+    # ------------------------------------------------------------------ views
+    @property
+    def running_prompts(self) -> int:
+        return self.queue.in_flight_samples // self.config.n_samples_per_prompt
+
+    def snapshot(self) -> Snapshot:
+        d = self.dispatcher
+        actors = tuple(
+            ActorSnapshot(a.actor, a.status.value, a.version,
+                          d.minibatches[a.minibatch].minibatch_id if a.minibatch is not None else None,
+                          a.loading)
+            for a in d.actors)
+        wait = None if self.finished else self._trainer_wait()
+        if wait is None and self.config.colocated and self.training is None and d.busy() \
+                and not self.finished and self.trainer_version < self.total_steps:
+            wait = "colocated"
+        return Snapshot(
+            trainer_version=self.trainer_version, published_version=self.published_version,
+            training_step=self.training, total_steps=self.total_steps, finished=self.finished,
+            trainer_wait=wait, queued_prompts=self.queue.queued_prompts,
+            queued_samples=self.queue.queued_samples, in_flight_samples=self.queue.in_flight_samples,
+            queue_capacity=self.queue.capacity, throttled=self.queue.throttled,
+            admitted_prompts=self.staleness.admitted, consumed_prompts=self.staleness.consumed,
+            pending_minibatches=len(d.minibatches) - d.cursor, retry_minibatches=len(d.retries),
+            actors=actors, age_histogram=dict(sorted(self.ages.items())),
+            outstanding_by_version=self.staleness.outstanding())
+
+    def ledger(self) -> Ledger:
+        d = self.dispatcher
+        running = [pid for _, k in d.running() for pid in d.minibatches[k].prompt_ids]
+        return Ledger(frozenset(self._pending_ids()), frozenset(running),
+                      frozenset(g.prompt_id for g in self.queue.groups()), frozenset(self._consumed))
+
+    def consumed_ids(self) -> list[str]:
+        """Prompt ids in the order the trainer consumed them."""
+        return list(self._consumed)
+
+    def _pending_ids(self) -> list[str]:
+        d = self.dispatcher
+        order = sorted(d.retries) + list(range(d.cursor, len(d.minibatches)))
+        return [pid for k in order for pid in d.minibatches[k].prompt_ids]
+
+
+def _check_plan(config: ControlConfig, mbs: list[PlannedMinibatch]) -> int:
+    """Validate the minibatches against the config; returns the resolved total_steps."""
+    if not mbs:
+        raise ValueError("no minibatches: the plan is empty")
+    seen_mb: set[str] = set()
+    seen: set[str] = set()
+    for mb in mbs:
+        if mb.minibatch_id in seen_mb:
+            raise ValueError(f"duplicate minibatch id {mb.minibatch_id!r}")
+        seen_mb.add(mb.minibatch_id)
+        if not mb.prompt_ids:
+            raise ValueError(f"minibatch {mb.minibatch_id!r} is empty")
+        for pid in mb.prompt_ids:
+            if pid in seen:
+                raise ValueError(f"prompt id {pid!r} appears twice (again in minibatch {mb.minibatch_id!r})")
+            seen.add(pid)
+    b, n = config.global_batch_size, config.n_samples_per_prompt
+    largest = max(mbs, key=lambda mb: mb.size)
+    if largest.size * n > config.queue_capacity:
+        raise ValueError(f"queue_capacity={config.queue_capacity} samples cannot hold minibatch "
+                         f"{largest.minibatch_id!r}: {largest.size} prompts x n_samples_per_prompt={n} "
+                         f"= {largest.size * n}")
+    full_steps = len(seen) // b
+    if full_steps < 1:
+        raise ValueError(f"the plan has {len(seen)} prompts, fewer than one step "
+                         f"(global_batch_size={b})")
+    steps = full_steps if config.total_steps is None else config.total_steps
+    if steps > full_steps:
+        raise ValueError(f"total_steps={steps} needs {steps * b} prompts (global_batch_size={b}); "
+                         f"the plan has {len(seen)}, enough for {full_steps} steps")
+    gap = first_window_gap([mb.size for mb in mbs], b, config.max_staleness,
+                           config.queue_capacity // n, steps)
+    if gap is not None:
+        mb = mbs[gap.index]
+        raise ValueError(
+            f"step {gap.step} can never be filled: it needs {gap.needed} prompts dispatched, but "
+            f"minibatch {mb.minibatch_id!r} ({mb.size} prompts) would take the {gap.before} before it "
+            f"past the limit {gap.limit} = min((max_staleness + step + 1) x global_batch_size, "
+            f"step x global_batch_size + queue_capacity // n_samples_per_prompt) with "
+            f"max_staleness={config.max_staleness}, global_batch_size={b}, "
+            f"queue_capacity={config.queue_capacity}, n_samples_per_prompt={n}. Raise max_staleness "
+            f"or queue_capacity, or plan minibatches whose boundaries meet every multiple of "
+            f"global_batch_size (required when max_staleness=0)")
+    return steps

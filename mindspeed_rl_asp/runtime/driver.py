@@ -1,0 +1,136 @@
+"""Wire the roles and run async (or hybrid) GRPO on Ray. The loop itself is the Control
+Unit's; this module builds the pieces from the config and cleans up after them.
+
+    plan = schedule the task's prompts            (offline, once)
+    core = ControlCore(config, plan)              (pure decisions)
+    actors = Generation Unit actors + Training Unit actor, placed from the layout
+    ControlUnit(core, actors).run()               (until the last step is published)
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import OmegaConf
+
+
+def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    strategy = PlacementGroupSchedulingStrategy(placement_group=placement_group,
+                                                placement_group_bundle_index=slot.bundle)
+    options = {"scheduling_strategy": strategy, "max_concurrency": 1}
+    if resource == "CPU":
+        options["num_cpus"] = slot.amount
+    elif resource == "GPU":
+        options.update(num_cpus=0, num_gpus=slot.amount)
+    else:
+        options.update(num_cpus=0, resources={resource: slot.amount})
+    env = {"OMP_NUM_THREADS": str(max(threads, 1)), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    options["runtime_env"] = {"env_vars": env}
+    return options
+
+
+def ensure_ray(layout) -> bool:
+    """Start a local Ray cluster sized to a CPU layout unless one is running (or
+    ``ray start`` made one, which ``RAY_ADDRESS`` points to). Returns whether we started it."""
+    import os
+
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        return True
+    devices = layout.nodes * layout.devices_per_node
+    ray.init(num_cpus=devices if layout.device_type == "cpu" else None, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    return True
+
+
+def plan_prompts(cfg, prompts, run_dir: Path):
+    from ..cli.schedule import build_plan, task_items
+
+    plan = build_plan(cfg, task_items(cfg))
+    plan.save(run_dir / "plan.json")
+    return plan
+
+
+def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
+                 fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None) -> dict:
+    """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
+
+    ``fail_actor_once`` / ``fail_trainer_at_step`` are fault-injection seams for tests."""
+    import ray
+
+    from ..config.validate import resolve_model_path
+    from ..control.core import ControlConfig, ControlCore
+    from ..policy.tokenizer import load_tokenizer
+    from ..tasks import make_task_prompts
+    from .control_unit import ControlUnit
+    from .generation_unit import GenerationWorker
+    from .placement import plan_placement
+    from .recorder import RunRecorder
+    from .training_unit import TrainingWorker
+
+    layout = OmegaConf.to_object(cfg.layout)
+    model_path = str(resolve_model_path(cfg.model.path))
+    prompts = make_task_prompts(cfg.task)
+    tokenizer = load_tokenizer(model_path)
+    prompt_tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
+    plan = plan_prompts(cfg, prompts, run_dir)
+    placement = plan_placement(layout, cfg.mode.name)
+    (run_dir / "placement.txt").write_text(placement.describe() + "\n")
+    core = ControlCore(ControlConfig.from_root(cfg, num_actors=len(placement.generators)), plan)
+
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    started_ray = ensure_ray(layout)
+    recorder = pg = None
+    try:
+        pg = placement_group(list(placement.bundles), strategy="PACK" if layout.nodes == 1 else "SPREAD")
+        ray.get(pg.ready())
+        threads = cfg.engine.num_threads
+        engine_cfg = OmegaConf.to_container(cfg.engine)
+        sampling = OmegaConf.to_container(cfg.generate.sampling_config)
+        gen_cls = ray.remote(GenerationWorker)
+        generators = [
+            gen_cls.options(**_ray_options(pg, slot, placement.resource, threads)).remote(
+                slot.index, engine_cfg, model_path, sampling, cfg.rl.n_samples_per_prompt)
+            for slot in placement.generators
+        ]
+        trainer = ray.remote(TrainingWorker).options(**_ray_options(pg, placement.trainer, placement.resource,
+                                                                    threads)).remote(
+            engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+            OmegaConf.to_container(cfg.algo), OmegaConf.to_container(cfg.task),
+            cfg.generate.sampling_config.temperature)
+        ray.get([g.ready.remote() for g in generators] + [trainer.export_weights.remote()])
+        if fail_actor_once is not None:
+            ray.get(generators[fail_actor_once].inject_failure.remote())
+        if fail_trainer_at_step is not None:
+            ray.get(trainer.inject_failure.remote(fail_trainer_at_step))
+
+        recorder = RunRecorder(run_dir, len(generators), layout.gen_devices if cfg.mode.name == "async"
+                               else layout.nodes * layout.devices_per_node, on_step)
+        start = time.time()
+        finish = ControlUnit(core, generators, trainer, prompt_tokens, recorder, cfg.seed).run()
+        summary = {
+            "steps": finish.steps, "wall_time_s": time.time() - start,
+            "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
+                               "running": len(finish.running)},
+            "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
+            "generation_failures": recorder.failures,
+        }
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+    finally:
+        if recorder is not None:
+            recorder.close()
+        if pg is not None:
+            remove_placement_group(pg)  # the actors in it go with it
+        if started_ray:
+            ray.shutdown()

@@ -1,0 +1,94 @@
+"""What a run leaves behind: timeline spans, queue occupancy, per-step metrics.
+
+Files in the run directory: ``timeline.jsonl`` (every actor's spans), ``queue.jsonl``
+(occupancy after every event), ``metrics.jsonl`` + ``tensorboard/`` (one record per
+training step). Bubbles are measured over the window since the previous step.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..metrics.timeline import Span, idle_fraction, padding_bubble, write_spans
+from ..metrics.writer import MetricsWriter
+
+
+class RunRecorder:
+    def __init__(self, run_dir: Path, num_actors: int, gen_devices: int, on_step: Callable[[dict], None] | None = None,
+                 tensorboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.lanes = [f"gen-{i}" for i in range(num_actors)]
+        self.gen_devices = gen_devices
+        self.writer = MetricsWriter(self.run_dir, tensorboard)
+        self.on_step = on_step
+        self.start = time.time()
+        self.window_start = self.start
+        self.spans: list[Span] = []
+        self._window_lengths: list[list[int]] = []
+        self._queue_rows: list[dict] = []
+        self.failures = 0
+
+    def _add(self, span: Span) -> None:
+        self.spans.append(span)
+        write_spans(self.run_dir / "timeline.jsonl", [span])
+
+    def generated(self, report, prompts: int) -> None:
+        self._window_lengths.append(report.lengths)
+        self._add(Span(f"gen-{report.actor}", "generate", report.start, report.end, report.minibatch_id,
+                       {"version": report.version, "prompts": prompts, "tokens": report.num_tokens,
+                        "max_length": max(report.lengths, default=0)}))
+
+    def loaded(self, report) -> None:
+        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}"))
+
+    def failure(self, action, start: float, end: float, error: BaseException) -> None:
+        self.failures += 1
+        self._add(Span(f"gen-{action.actor}", "failed", start, end, action.minibatch_id,
+                       {"error": str(error).splitlines()[0][:200]}))
+
+    def queue_sample(self, snap) -> None:
+        row = {"time": time.time(), "queued": snap.queued_samples, "in_flight": snap.in_flight_samples,
+               "capacity": snap.queue_capacity, "throttled": snap.throttled, "trainer_wait": snap.trainer_wait}
+        self._queue_rows.append(row)
+        with open(self.run_dir / "queue.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def stepped(self, report, publish_start: float, publish_end: float, snap) -> dict:
+        """Close the window of training step ``report.step`` and write its metrics."""
+        now = publish_end
+        self._add(Span("train", "train", report.start, report.end, f"step {report.step}"))
+        self._add(Span("train", "publish", publish_start, publish_end, f"v{report.version}"))
+        window = [s for s in self.spans if s.end > self.window_start]
+        tokens = sum(s.info.get("tokens", 0) for s in window if s.kind == "generate")  # finished in window
+        elapsed = now - self.window_start
+        loads = [s.duration for s in window if s.kind == "load_weights"]
+        queued = [r["queued"] for r in self._queue_rows if r["time"] >= self.window_start]
+        metrics = {
+            "elapsed_s": now - self.start,
+            "iteration_time_s": elapsed,
+            "train_time_s": report.end - report.start,
+            "publish_time_s": publish_end - publish_start,
+            "generated_tokens": tokens,
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "tokens_per_s_per_device": tokens / elapsed / max(self.gen_devices, 1) if elapsed > 0 else 0.0,
+            "padding_bubble": padding_bubble(self._window_lengths),
+            "generation_idle_fraction": idle_fraction(window, self.lanes, self.window_start, now),
+            "trainer_idle_fraction": idle_fraction(window, ["train"], self.window_start, now),
+            "weight_refresh_s_mean": sum(loads) / len(loads) if loads else 0.0,
+            "weight_refreshes": len(loads),
+            "queue_samples_mean": sum(queued) / len(queued) if queued else 0.0,
+            "queue_samples_max": max(queued, default=0),
+            "generation_failures": self.failures,
+            **report.metrics,
+        }
+        self.writer.write(report.step, metrics)
+        self.window_start = now
+        self._window_lengths = []
+        if self.on_step:
+            self.on_step({"step": report.step, **metrics})
+        return metrics
+
+    def close(self) -> None:
+        self.writer.close()
