@@ -106,7 +106,7 @@ def test_feature_ridge_errors():
 
 
 def test_registry_and_protocol():
-    assert {"history", "feature_ridge"} <= set(PREDICTORS)
+    assert {"history", "ridge"} <= set(PREDICTORS)
     for make in PREDICTORS.values():
         assert isinstance(make(), LengthPredictor)
     h = PREDICTORS["history"]().fit(["<|a|>", "<|a|><|a|>"], [10, 20])

@@ -172,6 +172,13 @@ def test_priced_partition_sampled_search_lands_just_above_target():
     assert padded_work(lengths, sizes) <= padded_work(lengths, fixed_partition(40_000, 8))
 
 
+def test_priced_partition_keeps_the_unpriced_optimum_when_ties_already_hit_the_count():
+    # many tied integer lengths: any positive price would jump far below the target
+    lengths = np.sort(np.random.default_rng(4).integers(5, 40, 40_000).astype(float))
+    sizes, price = priced_partition(lengths, 8, 4, sample_limit=4096)
+    assert price == 0.0 and 5000 <= len(sizes) <= 5000 * 1.002
+
+
 def test_dp_handles_large_inputs_linearly():
     lengths = np.sort(np.random.default_rng(3).lognormal(6, 1, 200_000))
     sizes = dp_partition(lengths, 8, 2, price=50.0)

@@ -11,7 +11,8 @@ from pathlib import Path
 from .timeline import read_spans
 from .writer import read_metrics
 
-COLORS = {"generate": "#4C72B0", "load_weights": "#DD8452", "train": "#55A868", "publish": "#C44E52"}
+COLORS = {"generate": "#4C72B0", "load_weights": "#DD8452", "train": "#55A868", "publish": "#C44E52",
+          "failed": "#222222"}
 
 
 def _lane_order(lane: str) -> tuple[int, int]:

@@ -193,10 +193,11 @@ class FeatureRidgePredictor:
         return np.expm1(np.clip(log_len, 0.0, 50.0))
 
 
-# name -> factory. The LM-based predictor registers here as "lm" when it lands.
+# name -> factory; names match configs (scheduler.predictor). The LM-based predictor
+# registers here as "lm" when it lands ("reference" is task-specific: the CLI handles it).
 PREDICTORS: dict[str, Callable[[], LengthPredictor]] = {
     "history": lambda: HistoryPredictor(fallback=FeatureRidgePredictor()),
-    "feature_ridge": FeatureRidgePredictor,
+    "ridge": FeatureRidgePredictor,
 }
 
 
