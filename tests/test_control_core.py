@@ -245,6 +245,22 @@ def test_failed_minibatch_is_redispatched_first_and_never_duplicated():
     assert led.consumed == {"p2", "p3"} and led.queued == {"p0", "p1"}
 
 
+def test_retry_is_not_new_work_for_the_throttle():
+    """A failed minibatch was already admitted once: it goes back out even while throttled."""
+    cfg = config(num_actors=2, max_staleness=7, queue_capacity=4, high_watermark=0.5,
+                 low_watermark=0.0)
+    core = ControlCore(cfg, single_prompt_plan(6))
+    assert core.poll() == [gen(0, "m0", 0, core), gen(1, "m1", 0, core)]
+    core.on_generated(0, "m0")
+    assert core.poll() == [TrainStep(0, ("p0",), (0,)), gen(0, "m2", 0, core)]
+    core.on_generated(1, "m1")
+    assert core.poll() == [gen(1, "m3", 0, core)]
+    core.on_generated(0, "m2")                 # 2 queued = 0.5 x 4: throttled
+    assert core.poll() == [] and core.snapshot().throttled
+    core.on_minibatch_failed(1, "m3")
+    assert core.poll() == [gen(0, "m3", 0, core)]   # the retry; m4 stays throttled
+
+
 def test_protocol_errors_leave_state_unchanged():
     core = ControlCore(config(num_actors=2), single_prompt_plan(4))
     core.poll()
@@ -312,3 +328,25 @@ def test_plan_adapter_reads_groups_of_ids():
     core = ControlCore(config(global_batch_size=2), plan)
     assert core.total_steps == 2
     assert core.poll()[0] == Generate(0, "g0m0", ("a", "b"), 0)
+
+
+@pytest.mark.parametrize("mode, planner", [("async", "asp"), ("hybrid", "fifo")])
+def test_runs_a_real_schedule_plan_to_the_end(mode, planner):
+    """Contract with the scheduler: a SchedulePlan (groups -> minibatches -> ids) drives
+    the core with the shipped defaults."""
+    from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
+
+    root = RootConfig()
+    if mode == "hybrid":
+        root = RootConfig(mode=ModeConfig(name="hybrid", max_staleness=0, high_watermark=1.0,
+                                          low_watermark=0.0))
+    base = root.rl.global_batch_size if planner == "fifo" else root.scheduler.base_batch_size
+    params = SchedulerParams(name=planner, base_batch_size=base,
+                             slack=0 if planner == "fifo" else root.scheduler.slack,
+                             group_size=root.scheduler.group_size)
+    items = [(f"q{i}", float((37 * i) % 400 + 10)) for i in range(40)]
+    plan = make_plan(items, params, n_samples_per_prompt=root.rl.n_samples_per_prompt)
+    core = ControlCore(ControlConfig.from_root(root, num_actors=2), plan)
+    trace = drive_synchronously(core)
+    assert isinstance(trace[-1][-1], Finish) and core.trainer_version == root.steps
+    assert max(core.ages) <= root.mode.max_staleness

@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .dispatcher import (ActorStatus, Dispatcher, PlannedMinibatch, ProtocolError, as_minibatches,
+from .dispatcher import (Dispatcher, PlannedMinibatch, ProtocolError, as_minibatches,
                          minibatches_from_plan)
 from .queue import QueuedGroup, TrainingQueue
 from .staleness import StalenessControl, first_window_gap
@@ -270,16 +270,20 @@ class ControlCore:
         return TrainStep(step, ids, versions)
 
     def _feed_actors(self) -> list[Action]:
+        """Refresh every idle actor that is behind (if work remains), then hand out the
+        next minibatches to the up-to-date idle actors, lowest id first, until one may not go."""
         out: list[Action] = []
+        if self._next_dispatch() is None:
+            return out
         published = self.published_version
+        for actor in self.dispatcher.idle_actors():
+            if self.dispatcher.needs_refresh(actor, published):
+                self.dispatcher.start_load(actor, published)
+                out.append(LoadWeights(actor, published))
         for actor in self.dispatcher.idle_actors():
             nxt = self._next_dispatch()
             if nxt is None:
                 break
-            if self.dispatcher.needs_refresh(actor, published):
-                self.dispatcher.start_load(actor, published)
-                out.append(LoadWeights(actor, published))
-                continue
             index, retry = nxt
             mb = self.dispatcher.minibatches[index]
             version = self.dispatcher.actors[actor].version
