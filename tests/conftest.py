@@ -19,3 +19,15 @@ def random_policy_dir(tmp_path_factory):
     build_tiny_policy(tokenizer, seed=0, hidden_size=32, num_layers=2).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The one local Ray cluster of this test session (CPU slots for the local layout)."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

@@ -124,6 +124,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                "running": len(finish.running)},
             "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
             "generation_failures": recorder.failures,
+            "consumed_prompt_ids": core.consumed_ids(),
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
