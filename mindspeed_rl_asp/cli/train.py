@@ -55,6 +55,16 @@ def train(cfg, dry_run: bool = False) -> int:
                 f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
         summary = run_training(cfg, run_dir, on_step)
+    if "held_out" in summary:
+        from rich.table import Table
+
+        table = Table(title=f"held-out mazes ({cfg.eval.num_prompts} prompts, eval.seed={cfg.eval.seed})")
+        for column in ("policy", "integrity", "correctness", "mean reward", "median length"):
+            table.add_column(column, justify="right")
+        for name, r in summary["held_out"].items():
+            table.add_row(name, f"{r['integrity_rate']:.3f}", f"{r['correctness_rate']:.3f}",
+                          f"{r['mean_reward']:.3f}", f"{r['median_length']:.0f}")
+        console.print(table)
     console.print(f"done: {summary['steps']} steps in {summary['wall_time_s']:.1f} s; "
                   f"`asp-report {run_dir}` draws the timeline, queue and rewards")
     return 0

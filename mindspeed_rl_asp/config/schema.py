@@ -172,6 +172,16 @@ class AlgoConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Held-out evaluation of the initial and the final policy (``num_prompts: 0`` skips it).
+    The held-out mazes come from ``seed``, a different stream from ``task.seed``."""
+
+    num_prompts: int = 128
+    seed: int = 12345
+    save_final_policy: bool = True
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "none"
     description: str = ""
@@ -190,6 +200,7 @@ class RootConfig:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
     steps: int = 4
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

@@ -104,11 +104,14 @@ def batch_problems(cfg) -> list[str]:
             f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
             f"[0, {sched.base_batch_size - 1}]"
         )
-    if task.num_prompts < rl.global_batch_size:
+    if task.num_prompts < cfg.steps * rl.global_batch_size:
         p.append(
-            f"task.num_prompts={task.num_prompts} is smaller than one training step "
-            f"(rl.global_batch_size={rl.global_batch_size})"
+            f"steps={cfg.steps} x rl.global_batch_size={rl.global_batch_size} = "
+            f"{cfg.steps * rl.global_batch_size} prompts, but task.num_prompts={task.num_prompts}; "
+            "raise task.num_prompts or lower steps (each prompt is trained on once)"
         )
+    if cfg.eval.num_prompts < 0:
+        p.append(f"eval.num_prompts={cfg.eval.num_prompts} must be >= 0 (0 skips the evaluation)")
     if sched.base_batch_size > task.num_prompts:
         p.append(f"scheduler.base_batch_size={sched.base_batch_size} exceeds task.num_prompts={task.num_prompts}")
     return p

@@ -78,3 +78,15 @@ def summarize(samples: Sequence[ScoredSample], tokens: int, seconds: float) -> d
         "generation_seconds": seconds,
         "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
     }
+
+
+def held_out_comparison(paths: dict[str, str], prompts: Sequence[MazePrompt], sampling: SamplingParams,
+                        weights: MazeRewardWeights, engine_kwargs: dict | None = None) -> dict[str, dict]:
+    """Score each named checkpoint on the same held-out prompts with the same seeds."""
+    from ..engines.hf import HFGenerationEngine
+
+    results = {}
+    for name, path in paths.items():
+        engine = HFGenerationEngine(path, **(engine_kwargs or {}))
+        _, results[name] = sample_and_score(engine, engine.tokenizer, prompts, sampling, weights, batch_size=64)
+    return results

@@ -118,16 +118,18 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                else layout.nodes * layout.devices_per_node, on_step)
         start = time.time()
         finish = ControlUnit(core, generators, trainer, prompt_tokens, recorder, cfg.seed).run()
+        wall_time = time.time() - start
+        final_path = run_dir / "final_policy"
+        if cfg.eval.save_final_policy or cfg.eval.num_prompts:
+            ray.get(trainer.save.remote(str(final_path)))
         summary = {
-            "steps": finish.steps, "wall_time_s": time.time() - start,
+            "steps": finish.steps, "wall_time_s": wall_time,
             "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
                                "running": len(finish.running)},
             "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
             "generation_failures": recorder.failures,
             "consumed_prompt_ids": core.consumed_ids(),
         }
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        return summary
     finally:
         if recorder is not None:
             recorder.close()
@@ -135,3 +137,21 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             remove_placement_group(pg)  # the actors in it go with it
         if started_ray:
             ray.shutdown()
+    if cfg.eval.num_prompts:
+        summary["held_out"] = evaluate_initial_and_final(cfg, model_path, str(final_path))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
+    """Correctness of the starting and the trained policy on held-out mazes, same seeds."""
+    from dataclasses import replace
+
+    from ..cli.generate import sampling_params
+    from ..policy.evaluate import held_out_comparison
+    from ..tasks import make_task_prompts, reward_weights
+
+    held_out = make_task_prompts(replace(OmegaConf.to_object(cfg.task), num_prompts=cfg.eval.num_prompts,
+                                         seed=cfg.eval.seed))
+    return held_out_comparison({"initial": initial_path, "final": final_path}, held_out,
+                               sampling_params(cfg, seed=cfg.eval.seed), reward_weights(cfg.task))
