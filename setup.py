@@ -47,6 +47,7 @@ setup(
             "asp-schedule=mindspeed_rl_asp.cli.schedule:main",
             "asp-train=mindspeed_rl_asp.cli.train:main",
             "asp-report=mindspeed_rl_asp.cli.report:main",
+            "asp-launch=mindspeed_rl_asp.cli.launch:main",
         ]
     },
 )

@@ -3,6 +3,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import list_group_options, load_config
+from mindspeed_rl_asp.config.load import REPO_ROOT as REPO
 from mindspeed_rl_asp.runtime.placement import plan_placement
 
 
@@ -40,3 +41,37 @@ def test_local_layout():
     placement = plan_placement(layout("local"), "async")
     assert placement.resource == "CPU" and len(placement.generators) == 2
     assert "generation actor 1: node 2" in placement.describe()
+
+
+def test_launch_commands_one_per_node_and_a_driver():
+    from mindspeed_rl_asp.runtime.launch import launch_commands
+
+    lay = layout("ascend910b3_t2g6")
+    nodes, driver = launch_commands(lay, "async", "10.0.0.1", ["steps=3"])
+    assert [n.role for n in nodes] == ["head"] + ["worker"] * 7
+    assert all(f'"asp_node_{n.node}":1' in n.command and '"NPU":8' in n.command for n in nodes)
+    assert all("--address=10.0.0.1:6379" in n.command for n in nodes[1:])
+    assert nodes[0].units.startswith("T") and nodes[2].units.startswith("G")
+    assert driver.startswith("RAY_ADDRESS=10.0.0.1:6379 asp-train layout=ascend910b3_t2g6 mode=async")
+    assert driver.endswith("steps=3")
+
+
+def test_pinned_bundles_follow_layout_nodes():
+    placement = plan_placement(layout("ascend910b3_t1g3"), "async", pin_nodes=True)
+    assert [b.get(f"asp_node_{k}") for k, b in enumerate(placement.bundles)] == [0.001] * 4
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "scripts" / "launch").glob("*.sh")))
+def test_every_launch_script_names_a_layout(script):
+    text = (REPO / "scripts" / "launch" / script).read_text()
+    assert f"layout={script[:-3]}" in text and (REPO / "configs" / "layout" / script.replace(".sh", ".yaml")).is_file()
+
+
+def test_asp_launch_dry_run(capsys):
+    from mindspeed_rl_asp.cli.launch import main
+
+    assert main(["layout=ascend910b3_t4g4", "head=10.0.0.9"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ray start") == 8 and "asp-train layout=ascend910b3_t4g4" in out
+    assert main(["layout=ascend910b3_t4g4"]) == 2
+    assert "head=HOST" in capsys.readouterr().err

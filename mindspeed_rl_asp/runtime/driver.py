@@ -83,7 +83,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     tokenizer = load_tokenizer(model_path)
     prompt_tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     plan = plan_prompts(cfg, prompts, run_dir)
-    placement = plan_placement(layout, cfg.mode.name)
+    import os
+
+    placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
     core = ControlCore(ControlConfig.from_root(cfg, num_actors=len(placement.generators)), plan)
 
@@ -92,7 +94,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     started_ray = ensure_ray(layout)
     recorder = pg = None
     try:
-        pg = placement_group(list(placement.bundles), strategy="PACK" if layout.nodes == 1 else "SPREAD")
+        pg = placement_group(list(placement.bundles), strategy="PACK")
         ray.get(pg.ready())
         threads = cfg.engine.num_threads
         engine_cfg = OmegaConf.to_container(cfg.engine)

@@ -31,14 +31,24 @@ class Placement:
     generators: tuple[RoleSlot, ...]
 
     def describe(self) -> str:
-        lines = [f"{len(self.bundles)} node bundle(s) of {self.bundles[0]}"]
+        shape = {k: v for k, v in self.bundles[0].items() if not k.startswith("asp_node_")}
+        lines = [f"{len(self.bundles)} node bundle(s) of {shape}"]
         lines.append(f"  trainer + control unit: node {self.trainer.bundle} ({self.trainer.amount:g} {self.resource})")
         for slot in self.generators:
             lines.append(f"  generation actor {slot.index}: node {slot.bundle} ({slot.amount:g} {self.resource})")
         return "\n".join(lines)
 
 
-def plan_placement(layout, mode_name: str) -> Placement:
+def node_resource(node: int) -> str:
+    """The marker resource ``asp-launch`` gives layout node ``node`` (``ray start --resources``),
+    so that bundle ``node`` lands on exactly that machine."""
+    return f"asp_node_{node}"
+
+
+def plan_placement(layout, mode_name: str, pin_nodes: bool = False) -> Placement:
+    """``pin_nodes``: tie bundle k to the machine started as layout node k (multi-node
+    clusters launched by ``asp-launch``); the trainer's node 0 is the head, where the
+    driver and so the Control Unit run."""
     resource = RESOURCE_BY_DEVICE[layout.device_type]
     per_node = layout.devices_per_node
     actors_per_node = per_node // layout.infer_instance_size
@@ -58,5 +68,6 @@ def plan_placement(layout, mode_name: str) -> Placement:
         RoleSlot("generate", i, node, layout.infer_instance_size * share)
         for i, node in enumerate(n for n in gen_nodes for _ in range(actors_per_node))
     )
-    bundles = tuple({resource: float(per_node)} for _ in range(nodes))
+    bundles = tuple({resource: float(per_node), **({node_resource(k): 0.001} if pin_nodes else {})}
+                    for k in range(nodes))
     return Placement(resource, bundles, trainer, generators)
