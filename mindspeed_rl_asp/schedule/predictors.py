@@ -16,9 +16,9 @@ Implemented here (numpy only):
 * ``FeatureRidgePredictor`` - closed-form ridge regression of log-length on
   cheap prompt features (``PromptFeatures`` by default).
 
-An LM-based predictor (a small model reading the prompt) is planned and will be
-added separately; it must implement the same two methods and register itself in
-``PREDICTORS`` below.
+The LM-based predictor (a small causal LM of the target's family, fine-tuned with a
+regression head) is ``lm_predictor.LMLengthPredictor``; it needs torch and
+transformers, so ``PREDICTORS["lm"]`` is a factory that imports it only when called.
 """
 from __future__ import annotations
 
@@ -193,11 +193,19 @@ class FeatureRidgePredictor:
         return np.expm1(np.clip(log_len, 0.0, 50.0))
 
 
-# name -> factory; names match configs (scheduler.predictor). The LM-based predictor
-# registers here as "lm" when it lands ("reference" is task-specific: the CLI handles it).
-PREDICTORS: dict[str, Callable[[], LengthPredictor]] = {
+def _lm_predictor(**kwargs) -> LengthPredictor:
+    """``LMLengthPredictor(**kwargs)``, imported on call: this module never imports torch."""
+    from .lm_predictor import LMLengthPredictor
+
+    return LMLengthPredictor(**kwargs)
+
+
+# name -> factory; names match configs (scheduler.predictor). ("reference" is
+# task-specific: the CLI handles it.) "lm" takes LMLengthPredictor's keyword arguments.
+PREDICTORS: dict[str, Callable[..., LengthPredictor]] = {
     "history": lambda: HistoryPredictor(fallback=FeatureRidgePredictor()),
     "ridge": FeatureRidgePredictor,
+    "lm": _lm_predictor,
 }
 
 

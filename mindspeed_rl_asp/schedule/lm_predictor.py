@@ -1,0 +1,303 @@
+"""``LMLengthPredictor``: a small causal LM of the target's family, fine-tuned to read a
+prompt and predict the log of its response length (the paper's length predictor).
+
+The backbone is the decoder of a causal LM checkpoint (``AutoModel``: the transformer
+without its LM head); a linear head maps the **mean-pooled** last hidden state of the
+prompt tokens to one scalar, the standardised ``log1p(length)``. Backbone and head are
+trained together with AdamW on the mean squared error.
+
+Why regression (MSE on standardised log-length) rather than a pairwise ranking loss:
+
+* the scheduler sorts by the prediction *and* uses its magnitude (minibatch loads,
+  group balancing); a ranking loss only fixes the order, and its scale is arbitrary;
+* a prompt's lengths are noisy (GRPO samples, epochs): the MSE minimiser is the
+  conditional mean of ``log1p(length)`` given the prompt, which is exactly the
+  quantity to sort by, and several observations of one prompt collapse into one
+  weighted example (``sum_i (f - y_i)^2 = n (f - mean y)^2 + const``), so repeated
+  samples cost no extra compute;
+* it is O(n) per epoch instead of O(n^2) pairs, and its loss is easy to read.
+
+Mean pooling (rather than the last token) averages over every prompt position; on
+small data sets it trains faster and more stably, and ``pooling="last"`` is there for
+long prompts where the final state summarises the prompt best.
+
+Batches are right-padded with an attention mask (causal attention: real tokens never
+see the padding), sorted into length buckets to keep padding small. ``torch`` and
+``transformers`` are imported inside the methods only, so importing this module (or
+``predictors.PREDICTORS``) stays light.
+
+On this machine ``model_path`` defaults to the shipped tiny maze policy (a 0.8M
+parameter Qwen3); on a cluster pass a directory of the target's family, e.g. a
+Qwen2.5-1.5B checkout, with ``device="cuda"`` (or ``"npu"``) and ``dtype="bfloat16"``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .predictors import _observations
+
+__all__ = ["LMLengthPredictor", "DEFAULT_MODEL_PATH"]
+
+DEFAULT_MODEL_PATH = Path(__file__).resolve().parents[1] / "assets" / "tiny-maze-qwen3"
+POOLINGS = ("mean", "last")
+
+
+def _check_prompts(prompts: Sequence[str]) -> list[str]:
+    prompts = list(prompts)
+    for k, p in enumerate(prompts):
+        if not isinstance(p, str):
+            raise ValueError(f"prompt {k} must be a str, got {type(p).__name__} {p!r:.60}")
+    return prompts
+
+
+class LMLengthPredictor:
+    """Fine-tune a causal LM backbone + linear head on (prompt, length) pairs.
+
+    ``fit(prompts, lengths)`` starts from the pretrained weights at ``model_path``
+    every time (it does not continue an earlier fit). ``predict(prompts)`` returns
+    ``expm1`` of the predicted log-length (float64, >= 0).
+
+    Parameters: ``model_path`` (a local checkpoint directory with ``config.json`` and
+    a tokenizer; default: the shipped tiny maze policy), ``pooling`` (``"mean"`` or
+    ``"last"``), ``epochs``, ``batch_size`` (prompts per step), ``lr`` (backbone),
+    ``head_lr``, ``weight_decay``, ``warmup`` (fraction of steps with a linear warm-up;
+    then linear decay to 0), ``clip_grad``, ``max_prompt_tokens`` (longer prompts
+    keep their first tokens; default: the model's ``max_position_embeddings``),
+    ``device``, ``dtype`` (backbone; the head and the loss are float32),
+    ``num_threads`` (torch CPU threads during fit/predict, restored afterwards; 0
+    leaves torch's setting), ``seed`` (head init, shuffling), ``predict_batch_size``.
+
+    After ``fit``: ``loss_history_`` (mean training loss per epoch, in standardised
+    units: 1.0 = predicting the mean), ``fit_seconds_``, ``num_parameters_``.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        pooling: str = "mean",
+        epochs: int = 4,
+        batch_size: int = 32,
+        lr: float = 5e-4,
+        head_lr: float = 3e-3,
+        weight_decay: float = 0.01,
+        warmup: float = 0.1,
+        clip_grad: float = 1.0,
+        max_prompt_tokens: int | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
+        num_threads: int = 0,
+        seed: int = 0,
+        predict_batch_size: int = 64,
+    ):
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
+        for name, value in (("epochs", epochs), ("batch_size", batch_size), ("predict_batch_size", predict_batch_size)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an int >= 1")
+        for name, value in (("lr", lr), ("head_lr", head_lr)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be a finite number > 0")
+        if not (math.isfinite(weight_decay) and weight_decay >= 0):
+            raise ValueError(f"weight_decay={weight_decay!r} must be finite and >= 0")
+        if not (0 <= warmup < 1):
+            raise ValueError(f"warmup={warmup!r} must lie in [0, 1)")
+        if not (math.isfinite(clip_grad) and clip_grad > 0):
+            raise ValueError(f"clip_grad={clip_grad!r} must be finite and > 0")
+        if max_prompt_tokens is not None and (not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1):
+            raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be None or an int >= 1")
+        if not isinstance(num_threads, int) or num_threads < 0:
+            raise ValueError(f"num_threads={num_threads!r} must be an int >= 0")
+        self.model_path = Path(model_path) if model_path is not None else DEFAULT_MODEL_PATH
+        self.pooling = pooling
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = float(lr)
+        self.head_lr = float(head_lr)
+        self.weight_decay = float(weight_decay)
+        self.warmup = float(warmup)
+        self.clip_grad = float(clip_grad)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.device = device
+        self.dtype = dtype
+        self.num_threads = num_threads
+        self.seed = seed
+        self.predict_batch_size = predict_batch_size
+        self._backbone = None
+        self._head = None
+        self._tokenizer = None
+        self.loss_history_: list[float] = []
+        self.fit_seconds_ = float("nan")
+        self.num_parameters_ = 0
+
+    def __repr__(self) -> str:
+        state = "fitted" if self._head is not None else "not fitted"
+        return f"LMLengthPredictor(model_path={str(self.model_path)!r}, pooling={self.pooling!r}, {state})"
+
+    # ------------------------------------------------------------------ helpers
+    @contextlib.contextmanager
+    def _threads(self):
+        import torch
+
+        before = torch.get_num_threads()
+        if self.num_threads > 0:
+            torch.set_num_threads(self.num_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    def _load(self):
+        """Fresh (backbone, tokenizer) from ``model_path``."""
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        if not (self.model_path / "config.json").is_file():
+            raise ValueError(f"model_path={str(self.model_path)!r} holds no checkpoint (config.json missing)")
+        dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                  "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+        if self.dtype not in dtypes:
+            raise ValueError(f"dtype={self.dtype!r} is not one of {', '.join(sorted(dtypes))}")
+        if self.device.startswith("npu"):
+            import torch_npu  # noqa: F401  (registers the npu device)
+        hf_logging.disable_progress_bar()
+        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
+        backbone = AutoModel.from_pretrained(str(self.model_path), dtype=dtypes[self.dtype])
+        return backbone.to(torch.device(self.device)), tokenizer
+
+    def _encode(self, prompts: list[str]) -> list[list[int]]:
+        limit = self.max_prompt_tokens
+        if limit is None:
+            limit = int(getattr(self._backbone.config, "max_position_embeddings", 0) or 4096)
+        filler = self._tokenizer.eos_token_id
+        filler = 0 if filler is None else int(filler)
+        ids = self._tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        return [list(row[:limit]) if len(row) else [filler] for row in ids]
+
+    def _forward(self, rows: list[list[int]]):
+        """Standardised log-length predictions [B] (float32) for token rows."""
+        import torch
+
+        device = next(self._backbone.parameters()).device
+        width = max(len(r) for r in rows)
+        input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, :len(r)] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        hidden = self._backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
+        if self.pooling == "mean":
+            m = mask.unsqueeze(-1).float()
+            pooled = (hidden * m).sum(1) / m.sum(1)
+        else:
+            last = mask.sum(1) - 1
+            pooled = hidden[torch.arange(len(rows), device=device), last]
+        return self._head(pooled).squeeze(-1)
+
+    def _batches(self, order: np.ndarray, sizes: np.ndarray, batch_size: int, rng: np.random.Generator | None):
+        """Cut ``order`` into batches of similar token length (buckets of 8 batches)."""
+        batches = []
+        bucket = 8 * batch_size
+        for start in range(0, len(order), bucket):
+            chunk = order[start:start + bucket]
+            chunk = chunk[np.argsort(sizes[chunk], kind="stable")]
+            batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+        if rng is not None:
+            rng.shuffle(batches)
+        return batches
+
+    # ------------------------------------------------------------------ protocol
+    def fit(self, prompts: Sequence[str], lengths: Sequence[float]) -> "LMLengthPredictor":
+        import torch
+
+        prompts = _check_prompts(prompts)
+        y = _observations(prompts, lengths)
+        started = time.perf_counter()
+        # One weighted example per distinct prompt: same gradient as one per observation.
+        index: dict[str, int] = {}
+        for p in prompts:
+            index.setdefault(p, len(index))
+        unique = list(index)
+        which = np.fromiter((index[p] for p in prompts), dtype=np.int64, count=len(prompts))
+        log_len = np.log1p(y)
+        weight = np.bincount(which, minlength=len(unique)).astype(np.float64)
+        target = np.bincount(which, weights=log_len, minlength=len(unique)) / weight
+        self._mu = float(log_len.mean())
+        sd = float(log_len.std())
+        self._sd = sd if sd > 1e-8 else 1.0
+        z = (target - self._mu) / self._sd
+
+        with self._threads():
+            torch.manual_seed(self.seed)
+            self._backbone, self._tokenizer = self._load()
+            hidden = int(self._backbone.config.hidden_size)
+            device = next(self._backbone.parameters()).device
+            self._head = torch.nn.Linear(hidden, 1).to(device)
+            torch.nn.init.zeros_(self._head.weight)  # start at the mean length; no noise at init
+            torch.nn.init.zeros_(self._head.bias)
+            self.num_parameters_ = sum(p.numel() for p in self._backbone.parameters()) + hidden + 1
+
+            rows = self._encode(unique)
+            sizes = np.array([len(r) for r in rows])
+            z_t = torch.tensor(z, dtype=torch.float32, device=device)
+            w_t = torch.tensor(weight, dtype=torch.float32, device=device)
+            optimizer = torch.optim.AdamW(
+                [{"params": list(self._backbone.parameters()), "lr": self.lr},
+                 {"params": list(self._head.parameters()), "lr": self.head_lr, "weight_decay": 0.0}],
+                weight_decay=self.weight_decay,
+            )
+            steps_per_epoch = math.ceil(len(unique) / self.batch_size)
+            total = self.epochs * steps_per_epoch
+            warm = max(1, int(self.warmup * total))
+            schedule = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+            rng = np.random.default_rng(self.seed)
+            self._backbone.train()
+            self.loss_history_ = []
+            for _ in range(self.epochs):
+                seen, running = 0.0, 0.0
+                for batch in self._batches(rng.permutation(len(unique)), sizes, self.batch_size, rng):
+                    bt = torch.as_tensor(batch, device=device)
+                    pred = self._forward([rows[k] for k in batch])
+                    w = w_t[bt]
+                    loss = (w * (pred - z_t[bt]) ** 2).sum() / w.sum()
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(
+                        list(self._backbone.parameters()) + list(self._head.parameters()), self.clip_grad)
+                    optimizer.step()
+                    schedule.step()
+                    running += float(loss.detach()) * float(w.sum())
+                    seen += float(w.sum())
+                self.loss_history_.append(running / seen)
+            self._backbone.eval()
+            self._head.eval()
+        self.fit_seconds_ = time.perf_counter() - started
+        return self
+
+    def predict_log(self, prompts: Sequence[str]) -> np.ndarray:
+        """Predicted ``log1p(length)`` per prompt (float64)."""
+        import torch
+
+        if self._head is None:
+            raise ValueError("LMLengthPredictor is not fitted: call fit(prompts, lengths) first")
+        prompts = _check_prompts(prompts)
+        out = np.empty(len(prompts))
+        if not prompts:
+            return out
+        with self._threads(), torch.no_grad():
+            rows = self._encode(prompts)
+            sizes = np.array([len(r) for r in rows])
+            for batch in self._batches(np.argsort(sizes, kind="stable"), sizes, self.predict_batch_size, None):
+                out[batch] = self._forward([rows[k] for k in batch]).double().cpu().numpy()
+        return self._mu + self._sd * out
+
+    def predict(self, prompts: Sequence[str]) -> np.ndarray:
+        return np.expm1(np.clip(self.predict_log(prompts), 0.0, 50.0))
