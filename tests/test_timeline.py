@@ -27,3 +27,37 @@ def test_spans_round_trip(tmp_path):
     spans = [Span("train", "train", 1.0, 2.5, "step 0", {"tokens": 3})]
     write_spans(tmp_path / "t.jsonl", spans)
     assert read_spans(tmp_path / "t.jsonl") == spans
+
+
+def test_rolling_mean():
+    from mindspeed_rl_asp.metrics.report import rolling_mean
+
+    assert rolling_mean([1, 2, 3, 4], 2) == [1, 1.5, 2.5, 3.5]
+
+
+def test_report_draws_pngs(tmp_path):
+    import json
+
+    from mindspeed_rl_asp.metrics.report import make_report
+
+    write_spans(tmp_path / "timeline.jsonl", [Span("gen-0", "generate", 0, 1), Span("train", "train", 1, 2)])
+    (tmp_path / "queue.jsonl").write_text("\n".join(json.dumps({"time": t, "queued": t, "in_flight": 1,
+                                                                 "capacity": 8}) for t in range(3)))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(
+        {"step": s, "elapsed_s": s, "reward_mean": 0.1 * s, "correctness_rate": 0.1, "integrity_rate": 1.0})
+        for s in range(4)))
+    made = make_report(tmp_path)
+    assert sorted(p.name for p in made) == ["queue.png", "rewards.png", "timeline.png"]
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in made)
+
+
+def test_report_on_a_non_run_dir(tmp_path):
+    import pytest
+
+    from mindspeed_rl_asp.cli.report import main
+
+    assert main([str(tmp_path)]) == 2
+    with pytest.raises(FileNotFoundError):
+        from mindspeed_rl_asp.metrics.report import make_report
+
+        make_report(tmp_path / "missing")

@@ -114,7 +114,7 @@ class TaskConfig:
     """The prompt set. ``maze``: AlphaMaze-format mazes from randomized DFS."""
 
     name: str = "maze"
-    num_prompts: int = 64
+    num_prompts: int = 512
     seed: int = 0
     min_size: int = 3
     max_size: int = 8
@@ -150,7 +150,7 @@ class RLConfig:
 
 @dataclass
 class TrainConfig:
-    lr: float = 1e-4
+    lr: float = 3e-5
     weight_decay: float = 0.0
     clip_grad: float = 1.0
 
@@ -202,7 +202,7 @@ class RootConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
-    steps: int = 4
+    steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.
     run_dir: str = ""
     # Command-specific inputs (asp-schedule, asp-generate); unused by others.

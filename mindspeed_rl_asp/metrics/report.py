@@ -85,16 +85,30 @@ def reward_plot(run_dir: Path, out: Path) -> Path:
     rows = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     x = [r.get("elapsed_s", r["step"]) for r in rows]
-    for key, label in (("reward_mean", "mean reward"), ("correctness_rate", "correctness"),
-                       ("integrity_rate", "integrity")):
+    for (key, label), color in zip((("reward_mean", "mean reward"), ("correctness_rate", "correctness"),
+                                    ("integrity_rate", "integrity")), ("C0", "C1", "C2")):
         if rows and key in rows[0]:
-            ax.plot(x, [r[key] for r in rows], marker="o", markersize=3, label=label)
+            values = [r[key] for r in rows]
+            # Steps see different prompts, so single steps are noisy: show the trend too.
+            ax.plot(x, values, marker="o", markersize=2, linewidth=0.6, alpha=0.35, color=color)
+            ax.plot(x, rolling_mean(values, 10), linewidth=2, color=color, label=f"{label} (mean of 10 steps)")
     ax.set_xlabel("seconds since start" if rows and "elapsed_s" in rows[0] else "step")
     ax.set_title("rewards over time")
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return out
+
+
+def rolling_mean(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
     return out
 
 
