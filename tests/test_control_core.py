@@ -344,7 +344,7 @@ def test_runs_a_real_schedule_plan_to_the_end(mode, planner):
     params = SchedulerParams(name=planner, base_batch_size=base,
                              slack=0 if planner == "fifo" else root.scheduler.slack,
                              group_size=root.scheduler.group_size)
-    items = [(f"q{i}", float((37 * i) % 400 + 10)) for i in range(40)]
+    items = [(f"q{i}", float((37 * i) % 400 + 10)) for i in range(root.steps * root.rl.global_batch_size)]
     plan = make_plan(items, params, n_samples_per_prompt=root.rl.n_samples_per_prompt)
     core = ControlCore(ControlConfig.from_root(root, num_actors=2), plan)
     trace = drive_synchronously(core)

@@ -37,8 +37,10 @@ def usage(prog: str, summary: str) -> str:
     return "\n".join(lines)
 
 
-def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (overrides), compose the config and call ``body(cfg)``."""
+def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | None = None,
+                training: bool = True) -> int:
+    """Parse ``argv`` (overrides), compose the config and call ``body(cfg)``.
+    ``training=False``: the command does not train, so training-only checks are skipped."""
     from omegaconf import OmegaConf
 
     from ..config.load import load_config
@@ -53,7 +55,7 @@ def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | N
         bad = [a for a in overrides if "=" not in a]
         if bad:
             raise UserError(f"argument {bad[0]!r} is not an override; write key=value (see {prog} --help)")
-        cfg = load_config(overrides)
+        cfg = load_config(overrides, training=training)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=True))
             return 0

@@ -81,7 +81,7 @@ def generate(cfg) -> int:
 def main(argv=None) -> int:
     from .common import run_command
 
-    return run_command("asp-generate", SUMMARY, generate, argv)
+    return run_command("asp-generate", SUMMARY, generate, argv, training=False)
 
 
 if __name__ == "__main__":

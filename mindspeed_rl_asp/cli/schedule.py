@@ -65,7 +65,7 @@ def schedule(cfg) -> int:
 def main(argv=None) -> int:
     from .common import run_command
 
-    return run_command("asp-schedule", SUMMARY, schedule, argv)
+    return run_command("asp-schedule", SUMMARY, schedule, argv, training=False)
 
 
 if __name__ == "__main__":

@@ -106,7 +106,8 @@ def unknown_keys(node, schema_type=RootConfig, prefix: str = "") -> list[str]:
     return found
 
 
-def load_config(overrides: Sequence[str] = (), config_name: str = "config", validate: bool = True) -> DictConfig:
+def load_config(overrides: Sequence[str] = (), config_name: str = "config", validate: bool = True,
+                training: bool = True) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with Hydra overrides and check it.
 
     Returns a structured DictConfig (typed like :class:`RootConfig`). Raises
@@ -126,7 +127,7 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config", vali
         raise ConfigError(f"bad value for config key '{error.full_key}': {reason}") from None
     OmegaConf.set_readonly(cfg, False)
     if validate:
-        validate_config(to_dataclass(cfg))
+        validate_config(to_dataclass(cfg), training)
     return cfg
 
 

@@ -81,7 +81,7 @@ def parallel_problems(model, layout, mode_name: str) -> list[str]:
     return p
 
 
-def batch_problems(cfg) -> list[str]:
+def batch_problems(cfg, training: bool) -> list[str]:
     p: list[str] = []
     rl, sched, task = cfg.rl, cfg.scheduler, cfg.task
     for key in ("global_batch_size", "mini_batch_size", "n_samples_per_prompt", "micro_batch_size",
@@ -104,7 +104,7 @@ def batch_problems(cfg) -> list[str]:
             f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
             f"[0, {sched.base_batch_size - 1}]"
         )
-    if task.num_prompts < cfg.steps * rl.global_batch_size:
+    if training and task.num_prompts < cfg.steps * rl.global_batch_size:
         p.append(
             f"steps={cfg.steps} x rl.global_batch_size={rl.global_batch_size} = "
             f"{cfg.steps * rl.global_batch_size} prompts, but task.num_prompts={task.num_prompts}; "
@@ -174,8 +174,11 @@ def algo_problems(algo) -> list[str]:
     return []
 
 
-def validate_config(cfg) -> None:
-    """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`)."""
+def validate_config(cfg, training: bool = True) -> None:
+    """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`).
+
+    ``training=False`` (commands that only generate or plan) skips the checks that only a
+    training run needs (enough prompts for ``steps``)."""
     problems: list[str] = []
     _choice(problems, "engine.name", cfg.engine.name, ENGINES)
     _choice(problems, "scheduler.name", cfg.scheduler.name, SCHEDULERS)
@@ -186,7 +189,7 @@ def validate_config(cfg) -> None:
     problems += layout_problems(cfg.layout, cfg.mode.name)
     if not problems:
         problems += parallel_problems(cfg.model, cfg.layout, cfg.mode.name)
-    problems += batch_problems(cfg)
+    problems += batch_problems(cfg, training)
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)

@@ -124,7 +124,7 @@ class ControlUnit:
             report = ray.get(ref)
             self.store.release(action.version, f"gen-{action.actor}")
             self.core.on_weights_loaded(action.actor, action.version)
-            self.recorder.loaded(report)
+            self.recorder.loaded(report, job.issued, time.time())
         elif job.kind == "train":
             try:
                 report = ray.get(ref)

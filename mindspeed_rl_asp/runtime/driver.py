@@ -29,7 +29,10 @@ def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
         options.update(num_cpus=0, num_gpus=slot.amount)
     else:
         options.update(num_cpus=0, resources={resource: slot.amount})
-    env = {"OMP_NUM_THREADS": str(max(threads, 1)), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {"OMP_NUM_THREADS": str(max(threads, 1)), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           # Snapshots are fresh copies nobody mutates, so Ray may hand tensors over without
+           # another copy (measured: publish + load about 35% faster, docs/benchmarks.md).
+           "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
     options["runtime_env"] = {"env_vars": env}
     return options
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from ..metrics.timeline import Span, idle_fraction, padding_bubble, write_spans
+from ..metrics.timeline import Span, idle_fraction, padding_bubble
 from ..metrics.writer import MetricsWriter
 
 
@@ -25,23 +26,34 @@ class RunRecorder:
         self.on_step = on_step
         self.start = time.time()
         self.window_start = self.start
+        # Only what the current window needs is kept in memory; the files keep everything.
         self.spans: list[Span] = []
         self._window_lengths: list[list[int]] = []
+        self._window_tokens = 0
+        self._window_refresh_s: list[float] = []
         self._queue_rows: list[dict] = []
+        self._timeline = open(self.run_dir / "timeline.jsonl", "a", encoding="utf-8")
+        self._queue = open(self.run_dir / "queue.jsonl", "a", encoding="utf-8")
         self.failures = 0
 
     def _add(self, span: Span) -> None:
         self.spans.append(span)
-        write_spans(self.run_dir / "timeline.jsonl", [span])
+        self._timeline.write(json.dumps(asdict(span)) + "\n")
+        self._timeline.flush()
 
     def generated(self, report, prompts: int) -> None:
         self._window_lengths.append(report.lengths)
+        self._window_tokens += report.num_tokens
         self._add(Span(f"gen-{report.actor}", "generate", report.start, report.end, report.minibatch_id,
                        {"version": report.version, "prompts": prompts, "tokens": report.num_tokens,
                         "max_length": max(report.lengths, default=0)}))
 
-    def loaded(self, report) -> None:
-        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}"))
+    def loaded(self, report, issued: float, done: float) -> None:
+        """``issued``..``done`` is the refresh as the Control Unit sees it, including
+        Ray fetching the snapshot to the actor, which the actor's own span leaves out."""
+        self._window_refresh_s.append(done - issued)
+        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}",
+                       {"round_trip_s": done - issued}))
 
     def failure(self, action, start: float, end: float, error: BaseException) -> None:
         self.failures += 1
@@ -52,8 +64,8 @@ class RunRecorder:
         row = {"time": time.time(), "queued": snap.queued_samples, "in_flight": snap.in_flight_samples,
                "capacity": snap.queue_capacity, "throttled": snap.throttled, "trainer_wait": snap.trainer_wait}
         self._queue_rows.append(row)
-        with open(self.run_dir / "queue.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        self._queue.write(json.dumps(row) + "\n")
+        self._queue.flush()
 
     def stepped(self, report, publish_start: float, publish_end: float, snap) -> dict:
         """Close the window of training step ``report.step`` and write its metrics."""
@@ -61,10 +73,10 @@ class RunRecorder:
         self._add(Span("train", "train", report.start, report.end, f"step {report.step}"))
         self._add(Span("train", "publish", publish_start, publish_end, f"v{report.version}"))
         window = [s for s in self.spans if s.end > self.window_start]
-        tokens = sum(s.info.get("tokens", 0) for s in window if s.kind == "generate")  # finished in window
+        tokens = self._window_tokens  # of the minibatches that finished in the window
         elapsed = now - self.window_start
-        loads = [s.duration for s in window if s.kind == "load_weights"]
-        queued = [r["queued"] for r in self._queue_rows if r["time"] >= self.window_start]
+        loads = self._window_refresh_s
+        queued = [r["queued"] for r in self._queue_rows]
         metrics = {
             "elapsed_s": now - self.start,
             "iteration_time_s": elapsed,
@@ -85,10 +97,14 @@ class RunRecorder:
         }
         self.writer.write(report.step, metrics)
         self.window_start = now
-        self._window_lengths = []
+        self._window_lengths, self._window_tokens, self._window_refresh_s = [], 0, []
+        self._queue_rows = []
+        self.spans = [s for s in self.spans if s.end > now]
         if self.on_step:
             self.on_step({"step": report.step, **metrics})
         return metrics
 
     def close(self) -> None:
         self.writer.close()
+        self._timeline.close()
+        self._queue.close()
