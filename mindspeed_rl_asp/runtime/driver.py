@@ -113,7 +113,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
             OmegaConf.to_container(cfg.algo), OmegaConf.to_container(cfg.task),
             cfg.generate.sampling_config.temperature)
-        ray.get([g.ready.remote() for g in generators] + [trainer.export_weights.remote()])
+        ray.get([g.ready.remote() for g in generators] + [trainer.ready.remote()])
         if fail_actor_once is not None:
             ray.get(generators[fail_actor_once].inject_failure.remote())
         if fail_trainer_at_step is not None:

@@ -47,6 +47,9 @@ class TrainingWorker:
         self.version = 0
         self._fail_at_step: int | None = None
 
+    def ready(self) -> int:
+        return self.version
+
     def inject_failure(self, step: int) -> None:
         """Debug seam for fault tests: ``train_step(step)`` raises."""
         self._fail_at_step = step
