@@ -159,4 +159,7 @@ def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
     held_out = make_task_prompts(replace(OmegaConf.to_object(cfg.task), num_prompts=cfg.eval.num_prompts,
                                          seed=cfg.eval.seed))
     return held_out_comparison({"initial": initial_path, "final": final_path}, held_out,
-                               sampling_params(cfg, seed=cfg.eval.seed), reward_weights(cfg.task))
+                               sampling_params(cfg, seed=cfg.eval.seed), reward_weights(cfg.task),
+                               # One thread: on a busy 2-core machine torch's default of
+                               # all cores was measured up to 50x slower, not faster.
+                               {"num_threads": max(cfg.engine.num_threads, 1)})
