@@ -9,6 +9,7 @@ Unit's; this module builds the pieces from the config and cleans up after them.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -40,8 +41,6 @@ def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
 def ensure_ray(layout) -> bool:
     """Start a local Ray cluster sized to a CPU layout unless one is running (or
     ``ray start`` made one, which ``RAY_ADDRESS`` points to). Returns whether we started it."""
-    import os
-
     import ray
 
     if ray.is_initialized():
@@ -55,7 +54,7 @@ def ensure_ray(layout) -> bool:
     return True
 
 
-def plan_prompts(cfg, prompts, run_dir: Path):
+def plan_prompts(cfg, run_dir: Path):
     from ..cli.schedule import build_plan, task_items
 
     plan = build_plan(cfg, task_items(cfg))
@@ -85,9 +84,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     prompts = make_task_prompts(cfg.task)
     tokenizer = load_tokenizer(model_path)
     prompt_tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    plan = plan_prompts(cfg, prompts, run_dir)
-    import os
-
+    plan = plan_prompts(cfg, run_dir)
     placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
     core = ControlCore(ControlConfig.from_root(cfg, num_actors=len(placement.generators)), plan)
