@@ -22,12 +22,24 @@ def _lane_order(lane: str) -> tuple[int, int]:
     return (1, int(index) if index.isdigit() else 0)
 
 
-def gantt(run_dir: Path, out: Path) -> Path:
+def _pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # headless: files only
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt, fig, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def gantt(run_dir: Path, out: Path) -> Path:
+    plt = _pyplot()
     spans = read_spans(run_dir / "timeline.jsonl")
     if not spans:
         raise ValueError(f"{run_dir / 'timeline.jsonl'} holds no spans")
@@ -45,18 +57,11 @@ def gantt(run_dir: Path, out: Path) -> Path:
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     ax.legend(handles, list(COLORS), loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.6 / len(lanes)),
               fontsize="small", ncol=len(COLORS), frameon=False)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def queue_plot(run_dir: Path, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     with open(run_dir / "queue.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     t0 = rows[0]["time"]
@@ -70,18 +75,11 @@ def queue_plot(run_dir: Path, out: Path) -> Path:
     ax.set_ylabel("samples")
     ax.set_title("Training Queue occupancy")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def reward_plot(run_dir: Path, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = read_metrics(run_dir)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     x = [r.get("elapsed_s", r["step"]) for r in rows]
@@ -95,10 +93,7 @@ def reward_plot(run_dir: Path, out: Path) -> Path:
     ax.set_xlabel("seconds since start" if rows and "elapsed_s" in rows[0] else "step")
     ax.set_title("rewards over time")
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def rolling_mean(values: list[float], window: int) -> list[float]:
