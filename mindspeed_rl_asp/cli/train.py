@@ -29,7 +29,10 @@ def train(cfg, dry_run: bool = False) -> int:
     if dry_run:
         from ..cli.schedule import build_plan, task_items
 
+        from ..runtime.driver import make_control_core
+
         plan = build_plan(cfg, task_items(cfg))
+        make_control_core(cfg, plan, len(placement.generators))  # refuses plans the control rules cannot run
         console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups")
         return 0

@@ -62,6 +62,19 @@ def plan_prompts(cfg, run_dir: Path):
     return plan
 
 
+def make_control_core(cfg, plan, num_actors: int):
+    """The pure control core for this plan; a plan the control rules cannot run (for
+    example hybrid mode with minibatches that straddle step boundaries) is a config error."""
+    from ..config.validate import ConfigError
+    from ..control.core import ControlConfig, ControlCore
+
+    try:
+        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors), plan)
+    except ValueError as error:
+        raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
+                          f"{error}") from None
+
+
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
@@ -70,7 +83,6 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     import ray
 
     from ..config.validate import resolve_model_path
-    from ..control.core import ControlConfig, ControlCore
     from ..policy.tokenizer import load_tokenizer
     from ..tasks import make_task_prompts
     from .control_unit import ControlUnit
@@ -87,7 +99,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     plan = plan_prompts(cfg, run_dir)
     placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
-    core = ControlCore(ControlConfig.from_root(cfg, num_actors=len(placement.generators)), plan)
+    core = make_control_core(cfg, plan, len(placement.generators))
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
