@@ -8,7 +8,6 @@ exports after step ``s`` is version ``s``.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 
@@ -56,7 +55,7 @@ class TrainingWorker:
 
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
         """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
-        from ..algo.grpo import group_advantages
+        from ..algo.grpo import group_advantages, policy_age_histogram
         from ..engines.base import TrainBatch
         from ..policy.evaluate import strip_eos
         from ..tasks.maze import score_response
@@ -92,7 +91,7 @@ class TrainingWorker:
             batch.extras["proximal_logprobs"] = self.engine.logprobs(batch.prompt_ids, batch.response_ids)
         loss_metrics = self._update(batch)
         self.version += 1
-        ages = Counter(step - r[4] for r in rows)
+        ages = policy_age_histogram(step, [r[4] for r in rows])
         n = len(rows)
         metrics = {
             "reward_mean": sum(rewards) / n,
@@ -101,7 +100,7 @@ class TrainingWorker:
             "response_length_mean": sum(len(r[2]) for r in rows) / n,
             "samples": n,
             "response_tokens": sum(len(r[2]) for r in rows),
-            "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
+            "policy_age_hist": {str(k): v for k, v in ages.items()},
             "policy_age_mean": sum(k * v for k, v in ages.items()) / n,
             "policy_age_max": max(ages),
             **loss_metrics,
