@@ -114,3 +114,12 @@ def test_threads_are_configurable(random_policy_dir):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_numpy_rows_lay_out_like_lists():
+    import numpy as np
+
+    lists = pad_batch([[5, 6], [7]], [[8], [9, 10]], pad_id=0)
+    arrays = pad_batch([np.array([5, 6], np.int32), np.array([7], np.int32)],
+                       [np.array([8], np.int32), np.array([9, 10], np.int32)], pad_id=0)
+    assert all(torch.equal(a, b) for a, b in zip(lists, arrays))

@@ -78,10 +78,10 @@ def pad_batch(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequen
     attention = torch.zeros((B, P + R), dtype=torch.long)
     response_mask = torch.zeros((B, P + R), dtype=torch.bool)
     for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
-        input_ids[i, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+        input_ids[i, P - len(p):P] = torch.as_tensor(p, dtype=torch.long)
         attention[i, P - len(p):P] = 1
-        if r:
-            input_ids[i, P:P + len(r)] = torch.tensor(r, dtype=torch.long)
+        if len(r):
+            input_ids[i, P:P + len(r)] = torch.as_tensor(r, dtype=torch.long)
             attention[i, P:P + len(r)] = 1
             response_mask[i, P:P + len(r)] = True
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)

@@ -12,15 +12,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 
 @dataclass
 class SampleGroup:
-    """All samples of one prompt, produced by one actor with one weight version."""
+    """All samples of one prompt, produced by one actor with one weight version.
+
+    Token ids are int32 and log-probs float32 numpy arrays, not Python lists: Ray moves
+    numpy buffers without pickling them element by element (measured at 256 samples x
+    2048 tokens: ~8x cheaper for the trainer to receive, docs/benchmarks.md)."""
 
     prompt_id: str
-    prompt_ids: list[int]
-    response_ids: list[list[int]]
-    logprobs: list[list[float]]
+    prompt_ids: np.ndarray
+    response_ids: list[np.ndarray]
+    logprobs: list[np.ndarray]
     version: int
 
     @property
@@ -78,8 +84,10 @@ class GenerationWorker:
         groups = {}
         for i, (prompt_id, ids) in enumerate(prompts):
             rows = range(i * self.n_samples, (i + 1) * self.n_samples)
-            groups[prompt_id] = SampleGroup(prompt_id, list(ids), [out.response_ids[r] for r in rows],
-                                            [out.response_logprobs[r] for r in rows], out.weight_version)
+            groups[prompt_id] = SampleGroup(
+                prompt_id, np.asarray(ids, dtype=np.int32),
+                [np.asarray(out.response_ids[r], dtype=np.int32) for r in rows],
+                [np.asarray(out.response_logprobs[r], dtype=np.float32) for r in rows], out.weight_version)
         report = MinibatchReport(minibatch_id, self.actor_index, out.weight_version, start, time.time(),
                                  out.response_lengths)
         return report, groups

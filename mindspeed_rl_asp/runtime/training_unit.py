@@ -75,7 +75,8 @@ class TrainingWorker:
         for pid in prompt_ids:
             group = groups[pid]
             for response, logprobs in zip(group.response_ids, group.logprobs):
-                text = strip_eos(self.tokenizer.decode(response, skip_special_tokens=False), self.tokenizer.eos_token)
+                text = strip_eos(self.tokenizer.decode(response.tolist(), skip_special_tokens=False),
+                                 self.tokenizer.eos_token)
                 score = score_response(self.prompts[pid], text, self.weights)
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
