@@ -99,7 +99,7 @@ def mean(values) -> float:
 def prompt_baseline(cfg, samples_per_prompt: int) -> tuple[dict[str, float], dict[int, float], float]:
     """The initial policy's mean reward on every training prompt (same sampling settings
     as training, its own seeds); also the mean per maze size and the seconds it took."""
-    from mindspeed_rl_asp.cli.generate import sampling_params
+    from mindspeed_rl_asp.engines.base import SamplingParams
     from mindspeed_rl_asp.config.validate import resolve_model_path
     from mindspeed_rl_asp.engines.hf import HFGenerationEngine
     from mindspeed_rl_asp.policy.evaluate import sample_and_score
@@ -110,7 +110,7 @@ def prompt_baseline(cfg, samples_per_prompt: int) -> tuple[dict[str, float], dic
     # the other jobs (measured: 50x slower). Sorted by size, small batches: little padding.
     engine = HFGenerationEngine(str(resolve_model_path(cfg.model.path)), num_threads=1)
     prompts = sorted(make_task_prompts(cfg.task), key=lambda p: p.size)
-    samples, _ = sample_and_score(engine, engine.tokenizer, prompts, sampling_params(cfg, seed=9_999),
+    samples, _ = sample_and_score(engine, engine.tokenizer, prompts, SamplingParams.from_config(cfg.generate.sampling_config, seed=9_999),
                                   reward_weights(cfg.task), n_samples_per_prompt=samples_per_prompt,
                                   batch_size=16)
     by_prompt: dict[str, list[float]] = defaultdict(list)

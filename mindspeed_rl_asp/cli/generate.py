@@ -12,14 +12,6 @@ from dataclasses import asdict
 SUMMARY = "Sample the policy on maze prompts (task.*), score the responses and print the rewards."
 
 
-def sampling_params(cfg, seed: int | None = None):
-    from ..engines.base import SamplingParams
-
-    sc = cfg.generate.sampling_config
-    return SamplingParams(max_tokens=sc.max_tokens, temperature=sc.temperature, top_p=sc.top_p, top_k=sc.top_k,
-                          seed=seed)
-
-
 def rewards_table(samples) -> "Table":
     from rich.table import Table
 
@@ -45,6 +37,7 @@ def generate(cfg) -> int:
 
     from ..config.load import make_run_dir
     from ..config.validate import resolve_model_path
+    from ..engines.base import SamplingParams
     from ..engines.registry import make_generation_engine
     from ..policy.evaluate import sample_and_score
     from ..tasks import make_task_prompts, reward_weights
@@ -64,7 +57,7 @@ def generate(cfg) -> int:
             progress.update(task, completed=done, description=f"generating ({tokens_per_second:,.0f} tok/s)")
 
         samples, summary = sample_and_score(
-            engine, engine.tokenizer, prompts, sampling_params(cfg, seed=cfg.seed), reward_weights(cfg.task),
+            engine, engine.tokenizer, prompts, SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.seed), reward_weights(cfg.task),
             n_samples_per_prompt=cfg.rl.n_samples_per_prompt, batch_size=cfg.engine.max_num_seqs, on_batch=on_batch,
         )
     with open(run_dir / "samples.jsonl", "w", encoding="utf-8") as f:

@@ -15,31 +15,9 @@ from pathlib import Path
 SUMMARY = "Plan minibatches and dispatch groups from predicted lengths (input=FILE.jsonl, output=plan.json)."
 
 
-def task_items(cfg) -> list[tuple[str, float]]:
-    """(prompt id, predicted length) for the task's prompts, from the configured predictor."""
-    from ..tasks import make_task_prompts
-    from ..tasks.maze import count_tokens
-    from .common import UserError
-
-    if cfg.scheduler.predictor != "reference":
-        raise UserError(
-            f"scheduler.predictor={cfg.scheduler.predictor!r} needs lengths observed from a policy; "
-            "give them as input=FILE.jsonl (see docs/scheduler.md), or use scheduler.predictor=reference"
-        )
-    # +1: the response ends with the end-of-text token.
-    return [(p.id, float(count_tokens(p.reference_response) + 1)) for p in make_task_prompts(cfg.task)]
-
-
-def build_plan(cfg, items):
-    from ..schedule.plan import SchedulerParams, make_plan
-
-    params = SchedulerParams(name=cfg.scheduler.name, base_batch_size=cfg.scheduler.base_batch_size,
-                             slack=cfg.scheduler.slack, group_size=cfg.scheduler.group_size)
-    return make_plan(items, params, n_samples_per_prompt=cfg.rl.n_samples_per_prompt)
-
-
 def schedule(cfg) -> int:
     from ..config.load import make_run_dir
+    from ..schedule.configured import build_plan, task_items
     from ..schedule.plan import group_load_stats, padding_stats, read_items_jsonl
     from .common import UserError
 

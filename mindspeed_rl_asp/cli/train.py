@@ -27,7 +27,7 @@ def train(cfg, dry_run: bool = False) -> int:
     console = Console()
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name)
     if dry_run:
-        from ..cli.schedule import build_plan, task_items
+        from ..schedule.configured import build_plan, task_items
 
         from ..runtime.driver import make_control_core
 

@@ -25,6 +25,13 @@ class SamplingParams:
     top_k: int = 0
     seed: int | None = None
 
+    @classmethod
+    def from_config(cls, sampling_config, seed: int | None = None) -> "SamplingParams":
+        """From ``generate.sampling_config`` (a config node or a plain dict)."""
+        get = sampling_config.get if isinstance(sampling_config, dict) else lambda k: getattr(sampling_config, k)
+        return cls(max_tokens=get("max_tokens"), temperature=get("temperature"), top_p=get("top_p"),
+                   top_k=get("top_k"), seed=seed)
+
 
 @dataclass
 class GenerationOutput:

@@ -5,7 +5,7 @@ and by the tests.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ..engines.base import GenerationEngine, SamplingParams
@@ -50,7 +50,7 @@ def sample_and_score(
         chunk = expanded[start:start + batch_size]
         ids = [tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in chunk]
         seed = None if sampling.seed is None else sampling.seed + start
-        out = engine.generate(ids, SamplingParams(**{**sampling.__dict__, "seed": seed}))
+        out = engine.generate(ids, replace(sampling, seed=seed))
         total_tokens += out.num_tokens
         total_seconds += out.end_time - out.start_time
         for item, response_ids, done in zip(chunk, out.response_ids, out.finished):

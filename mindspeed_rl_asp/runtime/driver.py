@@ -55,7 +55,7 @@ def ensure_ray(layout) -> bool:
 
 
 def plan_prompts(cfg, run_dir: Path):
-    from ..cli.schedule import build_plan, task_items
+    from ..schedule.configured import build_plan, task_items
 
     plan = build_plan(cfg, task_items(cfg))
     plan.save(run_dir / "plan.json")
@@ -161,14 +161,14 @@ def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
     """Correctness of the starting and the trained policy on held-out mazes, same seeds."""
     from dataclasses import replace
 
-    from ..cli.generate import sampling_params
+    from ..engines.base import SamplingParams
     from ..policy.evaluate import held_out_comparison
     from ..tasks import make_task_prompts, reward_weights
 
     held_out = make_task_prompts(replace(OmegaConf.to_object(cfg.task), num_prompts=cfg.eval.num_prompts,
                                          seed=cfg.eval.seed))
     return held_out_comparison({"initial": initial_path, "final": final_path}, held_out,
-                               sampling_params(cfg, seed=cfg.eval.seed), reward_weights(cfg.task),
+                               SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed), reward_weights(cfg.task),
                                # One thread: on a busy 2-core machine torch's default of
                                # all cores was measured up to 50x slower, not faster.
                                {"num_threads": max(cfg.engine.num_threads, 1)})

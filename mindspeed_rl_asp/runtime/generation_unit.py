@@ -69,7 +69,7 @@ class GenerationWorker:
 
         self.actor_index = actor_index
         self.engine = make_generation_engine(SimpleNamespace(**engine_cfg), model_path)
-        self.sampling = SamplingParams(**sampling)
+        self.sampling = SamplingParams.from_config(sampling)
         self.n_samples = n_samples
         self._fail_next = False
 

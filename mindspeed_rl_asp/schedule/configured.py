@@ -1,0 +1,26 @@
+"""The plan a run's config asks for: the task's prompts, their predicted lengths, the
+planner. Shared by ``asp-schedule``, ``asp-train`` and its dry run."""
+from __future__ import annotations
+
+from .plan import SchedulePlan, SchedulerParams, make_plan
+
+
+def task_items(cfg) -> list[tuple[str, float]]:
+    """(prompt id, predicted length) for the task's prompts, from the configured predictor."""
+    from ..config.validate import ConfigError
+    from ..tasks import make_task_prompts
+    from ..tasks.maze import count_tokens
+
+    if cfg.scheduler.predictor != "reference":
+        raise ConfigError(
+            f"scheduler.predictor={cfg.scheduler.predictor!r} needs lengths observed from a policy; "
+            "give them to asp-schedule as input=FILE.jsonl (see docs/scheduler.md), or use "
+            "scheduler.predictor=reference"
+        )
+    # +1: the response ends with the end-of-text token.
+    return [(p.id, float(count_tokens(p.reference_response) + 1)) for p in make_task_prompts(cfg.task)]
+
+
+def build_plan(cfg, items) -> SchedulePlan:
+    return make_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
+                     n_samples_per_prompt=cfg.rl.n_samples_per_prompt)
