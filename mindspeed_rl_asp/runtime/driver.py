@@ -54,10 +54,10 @@ def ensure_ray(layout) -> bool:
     return True
 
 
-def plan_prompts(cfg, run_dir: Path):
+def plan_prompts(cfg, prompts, run_dir: Path):
     from ..schedule.configured import build_plan, task_items
 
-    plan = build_plan(cfg, task_items(cfg))
+    plan = build_plan(cfg, task_items(cfg, prompts))
     plan.save(run_dir / "plan.json")
     return plan
 
@@ -96,7 +96,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     prompts = make_task_prompts(cfg.task)
     tokenizer = load_tokenizer(model_path)
     prompt_tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    plan = plan_prompts(cfg, run_dir)
+    plan = plan_prompts(cfg, prompts, run_dir)
     placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
     core = make_control_core(cfg, plan, len(placement.generators))

@@ -5,8 +5,9 @@ from __future__ import annotations
 from .plan import SchedulePlan, SchedulerParams, make_plan
 
 
-def task_items(cfg) -> list[tuple[str, float]]:
-    """(prompt id, predicted length) for the task's prompts, from the configured predictor."""
+def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
+    """(prompt id, predicted length) for the task's prompts (``prompts`` if the caller
+    already built them), from the configured predictor."""
     from ..config.validate import ConfigError
     from ..tasks import make_task_prompts
     from ..tasks.maze import count_tokens
@@ -18,7 +19,7 @@ def task_items(cfg) -> list[tuple[str, float]]:
             "scheduler.predictor=reference"
         )
     # +1: the response ends with the end-of-text token.
-    return [(p.id, float(count_tokens(p.reference_response) + 1)) for p in make_task_prompts(cfg.task)]
+    return [(p.id, float(count_tokens(p.reference_response) + 1)) for p in (prompts or make_task_prompts(cfg.task))]
 
 
 def build_plan(cfg, items) -> SchedulePlan:
