@@ -123,3 +123,21 @@ def test_numpy_rows_lay_out_like_lists():
     arrays = pad_batch([np.array([5, 6], np.int32), np.array([7], np.int32)],
                        [np.array([8], np.int32), np.array([9, 10], np.int32)], pad_id=0)
     assert all(torch.equal(a, b) for a, b in zip(lists, arrays))
+
+
+def test_reference_policy_stays_at_the_starting_weights(random_policy_dir, trainer, prompts):
+    from mindspeed_rl_asp.engines.hf import HFReferencePolicy
+
+    def flat(rows):
+        return [v for row in rows for v in row]
+
+    reference = HFReferencePolicy(random_policy_dir, num_threads=1)
+    responses = [[10, 11, 12, 1]] * 3
+    start = flat(trainer.logprobs(prompts[:3], responses))
+    assert flat(reference.logprobs(prompts[:3], responses)) == pytest.approx(start, abs=1e-5)
+    for _ in range(3):
+        trainer.train_step(TrainBatch(prompts[:3], responses), nll_loss)
+    moved = flat(trainer.logprobs(prompts[:3], responses))
+    assert sum(moved) > sum(start) + 0.1  # the trainer learnt the responses
+    assert flat(reference.logprobs(prompts[:3], responses)) == pytest.approx(start, abs=1e-5)  # the reference did not
+    assert not any(p.requires_grad for p in reference.model.parameters())

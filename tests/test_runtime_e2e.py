@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["task.num_prompts=24", "steps=2", "rl.global_batch_size=4", "rl.mini_batch_size=2",
          "rl.n_samples_per_prompt=2", "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=96",
-         "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32"]
+         "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0"]
 
 
 def run(tmp_path, *overrides, **faults):
@@ -29,7 +29,9 @@ def read_jsonl(path):
 
 
 @pytest.mark.parametrize("overrides", [
-    ("mode=async", "scheduler=asp", "scheduler.slack=1"),
+    # The full system also runs the KL term and the held-out comparison.
+    ("mode=async", "scheduler=asp", "scheduler.slack=1", "algo.kl_coef=0.05", "eval.num_prompts=6",
+     "eval.samples_per_prompt=2"),
     ("mode=async", "scheduler=fifo", "scheduler.slack=0"),
     ("mode=hybrid", "scheduler=fifo", "scheduler.slack=0"),
 ])
@@ -44,6 +46,12 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
         assert r["samples"] == cfg.rl.global_batch_size * cfg.rl.n_samples_per_prompt
         assert r["policy_age_max"] <= cfg.mode.max_staleness
         assert 0.0 <= r["padding_bubble"] < 1.0 and r["iteration_time_s"] > 0
+        assert ("kl" in r) == (cfg.algo.kl_coef > 0) and r.get("kl", 0.0) >= 0.0
+    if cfg.eval.num_prompts:
+        held = summary["held_out"]
+        assert held["initial"]["samples"] == held["final"]["samples"] == 12
+        assert held["change"]["correctness"]["prompts"] == 6
+        assert (run_dir / "final_policy" / "config.json").is_file()
     spans = read_jsonl(run_dir / "timeline.jsonl")
     kinds = {s["kind"] for s in spans}
     assert {"generate", "train", "publish"} <= kinds

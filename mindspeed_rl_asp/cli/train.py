@@ -59,18 +59,31 @@ def train(cfg, dry_run: bool = False) -> int:
 
         summary = run_training(cfg, run_dir, on_step)
     if "held_out" in summary:
-        from rich.table import Table
-
-        table = Table(title=f"held-out mazes ({cfg.eval.num_prompts} prompts, eval.seed={cfg.eval.seed})")
-        for column in ("policy", "integrity", "correctness", "mean reward", "median length"):
-            table.add_column(column, justify="right")
-        for name, r in summary["held_out"].items():
-            table.add_row(name, f"{r['integrity_rate']:.3f}", f"{r['correctness_rate']:.3f}",
-                          f"{r['mean_reward']:.3f}", f"{r['median_length']:.0f}")
-        console.print(table)
+        print_held_out(console, summary["held_out"], cfg.eval)
     console.print(f"done: {summary['steps']} steps in {summary['wall_time_s']:.1f} s; "
                   f"`asp-report {run_dir}` draws the timeline, queue and rewards")
     return 0
+
+
+def print_held_out(console, held_out: dict, eval_cfg) -> None:
+    """Initial vs final policy per maze size, then the paired change with its 95 % interval."""
+    from rich.table import Table
+
+    initial, final = held_out["initial"], held_out["final"]
+    table = Table(title=f"held-out mazes ({eval_cfg.num_prompts} prompts x {eval_cfg.samples_per_prompt} samples, "
+                        f"eval.seed={eval_cfg.seed}), correctness initial -> final")
+    for column in ("policy", "integrity", "correctness", *(f"{k}x{k}" for k in initial["by_size"])):
+        table.add_column(column, justify="right")
+    for name, r in (("initial", initial), ("final", final)):
+        table.add_row(name, f"{r['integrity_rate']:.3f}", f"{r['correctness_rate']:.3f}",
+                      *(f"{v['correctness_rate']:.2f}" for v in r["by_size"].values()))
+    console.print(table)
+    for key, c in held_out.get("change", {}).items():
+        low, high = c["ci95"]
+        verdict = "up" if low > 0 else "down" if high < 0 else "no significant change"
+        console.print(f"{key}: {c['before']:.3f} -> {c['after']:.3f}, change {c['change']:+.3f} "
+                      f"(95% CI {low:+.3f} .. {high:+.3f}; {c['improved']} prompts up, {c['worsened']} down): "
+                      f"{verdict}")
 
 
 def main(argv=None) -> int:

@@ -177,6 +177,7 @@ class EvalConfig:
     The held-out mazes come from ``seed``, a different stream from ``task.seed``."""
 
     num_prompts: int = 128
+    samples_per_prompt: int = 1
     seed: int = 12345
     save_final_policy: bool = True
 

@@ -112,6 +112,8 @@ def batch_problems(cfg, training: bool) -> list[str]:
         )
     if cfg.eval.num_prompts < 0:
         p.append(f"eval.num_prompts={cfg.eval.num_prompts} must be >= 0 (0 skips the evaluation)")
+    if cfg.eval.samples_per_prompt < 1:
+        p.append(f"eval.samples_per_prompt={cfg.eval.samples_per_prompt} must be >= 1")
     if sched.base_batch_size > task.num_prompts:
         p.append(f"scheduler.base_batch_size={sched.base_batch_size} exceeds task.num_prompts={task.num_prompts}")
     return p

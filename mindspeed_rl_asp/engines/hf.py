@@ -108,6 +108,29 @@ def token_logprobs(model, prompt_ids, response_ids, pad_id: int, temperature: fl
     return logprobs, response_mask[:, P:].to(device)
 
 
+def response_logprobs(model, prompt_ids, response_ids, pad_id: int, temperature: float = 1.0) -> list[list[float]]:
+    """:func:`token_logprobs` without gradient, one list of floats per response."""
+    import torch
+
+    with torch.no_grad():
+        values, mask = token_logprobs(model, prompt_ids, response_ids, pad_id, temperature)
+    return [v[m].tolist() for v, m in zip(values.cpu(), mask.cpu())]
+
+
+class HFReferencePolicy:
+    """A frozen copy of the starting policy, for the KL term of GRPO (``algo.kl_coef > 0``)."""
+
+    def __init__(self, path: str | Path, device: str = "cpu", dtype: str = "float32", num_threads: int = 0,
+                 temperature: float = 1.0):
+        self.model, tokenizer = load_policy(path, device, dtype, num_threads)
+        self.model.requires_grad_(False)
+        self.pad_id = tokenizer.pad_token_id
+        self.temperature = temperature
+
+    def logprobs(self, prompt_ids, response_ids) -> list[list[float]]:
+        return response_logprobs(self.model, prompt_ids, response_ids, self.pad_id, self.temperature)
+
+
 class HFGenerationEngine:
     """Batched sampling with ``model.generate``; one instance per generation actor."""
 
@@ -180,12 +203,8 @@ class HFTrainingEngine:
         self.version = 0
 
     def logprobs(self, prompt_ids, response_ids, temperature: float | None = None) -> list[list[float]]:
-        import torch
-
         temperature = self.temperature if temperature is None else temperature
-        with torch.no_grad():
-            values, mask = token_logprobs(self.model, prompt_ids, response_ids, self.pad_id, temperature)
-        return [v[m].tolist() for v, m in zip(values.cpu(), mask.cpu())]
+        return response_logprobs(self.model, prompt_ids, response_ids, self.pad_id, temperature)
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         """One optimizer update over the whole batch; the version advances by one."""

@@ -29,3 +29,12 @@ def make_training_engine(engine_cfg, model_path: str, train_cfg, rl_cfg, tempera
         weight_decay=train_cfg.weight_decay, clip_grad=train_cfg.clip_grad,
         micro_batch_size=rl_cfg.micro_batch_size, temperature=temperature,
     )
+
+
+def make_reference_policy(engine_cfg, model_path: str, temperature: float):
+    """The frozen reference policy the KL term is measured against (the starting checkpoint)."""
+    if engine_cfg.name != "hf":
+        raise EngineError(f"engine.name={engine_cfg.name!r} has no reference policy in this build yet; use engine=hf")
+    from .hf import HFReferencePolicy
+
+    return HFReferencePolicy(model_path, engine_cfg.device, engine_cfg.dtype, engine_cfg.num_threads, temperature)

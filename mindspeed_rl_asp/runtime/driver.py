@@ -158,7 +158,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
 
 def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
-    """Correctness of the starting and the trained policy on held-out mazes, same seeds."""
+    """Correctness of the starting and the trained policy on held-out mazes, same seeds,
+    with the paired change (see :func:`~mindspeed_rl_asp.policy.evaluate.paired_change`)."""
     from dataclasses import replace
 
     from ..engines.base import SamplingParams
@@ -171,4 +172,5 @@ def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
                                SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed), reward_weights(cfg.task),
                                # One thread: on a busy 2-core machine torch's default of
                                # all cores was measured up to 50x slower, not faster.
-                               {"num_threads": max(cfg.engine.num_threads, 1)})
+                               {"num_threads": max(cfg.engine.num_threads, 1)},
+                               n_samples_per_prompt=cfg.eval.samples_per_prompt)

@@ -28,7 +28,7 @@ class TrainingWorker:
         from types import SimpleNamespace
 
         from ..algo.grpo import GRPOLossConfig, make_loss_fn
-        from ..engines.registry import make_training_engine
+        from ..engines.registry import make_reference_policy, make_training_engine
         from ..tasks import make_task_prompts, reward_weights
 
         rl = SimpleNamespace(**rl_cfg)
@@ -39,6 +39,9 @@ class TrainingWorker:
         self.scale_advantages = algo.pop("scale_advantages", True)
         self.loss_cfg = GRPOLossConfig(**algo)
         self.loss_fn = make_loss_fn(self.loss_cfg)
+        # The KL term needs log-probs of the starting policy: a frozen copy, loaded only then.
+        self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), model_path, temperature)
+                          if self.loss_cfg.kl_coef > 0 else None)
         self.updates_per_step = rl.global_batch_size // rl.mini_batch_size
         task = SimpleNamespace(**task_cfg)
         self.prompts = {p.id: p.prompt for p in make_task_prompts(task)}
@@ -90,6 +93,8 @@ class TrainingWorker:
         if self.loss_cfg.off_policy in ("decoupled", "tis"):
             # Proximal policy: the trainer's weights at the start of this step.
             batch.extras["proximal_logprobs"] = self.engine.logprobs(batch.prompt_ids, batch.response_ids)
+        if self.reference is not None:
+            batch.extras["ref_logprobs"] = self.reference.logprobs(batch.prompt_ids, batch.response_ids)
         loss_metrics = self._update(batch)
         self.version += 1
         ages = policy_age_histogram(step, [r[4] for r in rows])
