@@ -74,7 +74,7 @@ def test_layout_splits(layout, train, gen, actors):
         (["mode.name=sync"], "mode.name='sync' is not one of async, hybrid"),
         (["generate.sampling_config.max_tokens=2000"], "exceeds model.max_position_embeddings"),
         (["experiment=table3_qwen3_32b_asp", "layout=ascend910b3_t1g3"], "does not divide the 8 training devices"),
-        (["task.num_prompts=4"], "but task.num_prompts=4; raise task.num_prompts or lower steps"),
+        (["task.num_prompts=4"], "rl.global_batch_size=8 exceeds task.num_prompts=4: a step would hold a prompt"),
     ],
 )
 def test_bad_configs_name_the_key(overrides, expected):

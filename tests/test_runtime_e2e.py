@@ -48,9 +48,10 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
         assert 0.0 <= r["padding_bubble"] < 1.0 and r["iteration_time_s"] > 0
         assert ("kl" in r) == (cfg.algo.kl_coef > 0) and r.get("kl", 0.0) >= 0.0
     if cfg.eval.num_prompts:
-        held = summary["held_out"]
-        assert held["initial"]["samples"] == held["final"]["samples"] == 12
-        assert held["change"]["correctness"]["prompts"] == 6
+        for key in ("held_out", "training_prompts"):
+            held = summary[key]
+            assert held["initial"]["samples"] == held["final"]["samples"] == 12
+            assert held["change"]["correctness"]["prompts"] == 6
         assert (run_dir / "final_policy" / "config.json").is_file()
     spans = read_jsonl(run_dir / "timeline.jsonl")
     kinds = {s["kind"] for s in spans}
@@ -63,6 +64,19 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     for name in ("config.yaml", "plan.json", "queue.jsonl", "summary.json", "placement.txt"):
         assert (run_dir / name).is_file()
     assert any((run_dir / "tensorboard").iterdir())
+
+
+def test_steps_beyond_the_prompts_train_more_epochs(ray_cluster, tmp_path):
+    from collections import Counter
+
+    from mindspeed_rl_asp.tasks import base_prompt_id
+
+    cfg, run_dir, summary = run(tmp_path, "task.num_prompts=8", "steps=6")
+    assert summary["steps"] == 6 and summary["epochs"] == 3
+    consumed = summary["consumed_prompt_ids"]
+    assert len(consumed) == len(set(consumed)) == 24
+    assert set(Counter(base_prompt_id(p) for p in consumed).values()) == {3}  # each prompt once per epoch
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(6))
 
 
 def test_failed_minibatch_is_redispatched(ray_cluster, tmp_path):

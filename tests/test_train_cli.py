@@ -16,30 +16,29 @@ def test_a_plan_the_control_rules_cannot_run_is_refused(capsys):
     assert "mode=hybrid, scheduler=asp" in err and "max_staleness" in err and "Traceback" not in err
 
 
-def test_too_few_prompts_for_the_steps(capsys):
-    assert main(["steps=100", "task.num_prompts=64", "--dry-run"]) == 2
-    assert "raise task.num_prompts or lower steps" in capsys.readouterr().err
+def test_a_step_larger_than_the_prompt_set_is_refused(capsys):
+    assert main(["task.num_prompts=6", "--dry-run"]) == 2
+    assert "raise task.num_prompts or lower rl.global_batch_size" in capsys.readouterr().err
 
 
 def test_held_out_table_and_verdict():
-    from types import SimpleNamespace
-
     from rich.console import Console
 
-    from mindspeed_rl_asp.cli.train import print_held_out
+    from mindspeed_rl_asp.cli.train import print_comparison
 
     def rates(c3, c4):
         return {"integrity_rate": 1.0, "correctness_rate": (c3 + c4) / 2,
                 "by_size": {3: {"correctness_rate": c3}, 4: {"correctness_rate": c4}}}
 
     change = {"correctness": {"before": 0.5, "after": 0.6, "change": 0.1, "ci95": [0.02, 0.18], "improved": 9,
-                              "worsened": 2},
+                              "worsened": 2, "prompts": 20},
               "integrity": {"before": 1.0, "after": 1.0, "change": 0.0, "ci95": [0.0, 0.0], "improved": 0,
                             "worsened": 0}}
     console = Console(record=True, width=200)
-    print_held_out(console, {"initial": rates(0.9, 0.1), "final": rates(0.9, 0.3), "change": change},
-                   SimpleNamespace(num_prompts=20, samples_per_prompt=2, seed=7))
+    print_comparison(console, "held-out mazes", {"initial": rates(0.9, 0.1), "final": rates(0.9, 0.3),
+                                                 "change": change}, samples_per_prompt=2)
     text = console.export_text()
+    assert "held-out mazes: 20 prompts x 2 samples" in text
     assert "3x3" in text and "4x4" in text and "0.30" in text
     assert "correctness: 0.500 -> 0.600, change +0.100 (95% CI +0.020 .. +0.180; 9 prompts up, 2 down): up" in text
     assert "integrity: 1.000 -> 1.000" in text and "no significant change" in text

@@ -27,21 +27,22 @@ def train(cfg, dry_run: bool = False) -> int:
     console = Console()
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name)
     if dry_run:
-        from ..schedule.configured import build_plan, task_items
+        from ..runtime.driver import make_control_core, plan_run
+        from ..tasks import make_task_prompts
 
-        from ..runtime.driver import make_control_core
-
-        plan = build_plan(cfg, task_items(cfg))
-        make_control_core(cfg, plan, len(placement.generators))  # refuses plans the control rules cannot run
+        plan, epochs, minibatches = plan_run(cfg, make_task_prompts(cfg.task))
+        make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
         console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
-        console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups")
+        console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
+                      f"{epochs} epoch(s) over {cfg.task.num_prompts} prompts for {cfg.steps} steps")
         return 0
     from ..runtime.driver import run_training
 
     run_dir = make_run_dir(cfg, "train")
+    epochs = cfg.steps * cfg.rl.global_batch_size / cfg.task.num_prompts
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "
                   f"layout={cfg.layout.name} ({len(placement.generators)} generation actors), "
-                  f"{cfg.steps} steps; run dir {run_dir}")
+                  f"{cfg.steps} steps ({epochs:.2g} passes over {cfg.task.num_prompts} prompts); run dir {run_dir}")
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, console=console) as progress:
@@ -58,27 +59,29 @@ def train(cfg, dry_run: bool = False) -> int:
                 f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
         summary = run_training(cfg, run_dir, on_step)
-    if "held_out" in summary:
-        print_held_out(console, summary["held_out"], cfg.eval)
+    for key, title in (("training_prompts", "training prompts (seen in training)"),
+                       ("held_out", f"held-out mazes (eval.seed={cfg.eval.seed})")):
+        if key in summary:
+            print_comparison(console, title, summary[key], cfg.eval.samples_per_prompt)
     console.print(f"done: {summary['steps']} steps in {summary['wall_time_s']:.1f} s; "
                   f"`asp-report {run_dir}` draws the timeline, queue and rewards")
     return 0
 
 
-def print_held_out(console, held_out: dict, eval_cfg) -> None:
+def print_comparison(console, title: str, comparison: dict, samples_per_prompt: int) -> None:
     """Initial vs final policy per maze size, then the paired change with its 95 % interval."""
     from rich.table import Table
 
-    initial, final = held_out["initial"], held_out["final"]
-    table = Table(title=f"held-out mazes ({eval_cfg.num_prompts} prompts x {eval_cfg.samples_per_prompt} samples, "
-                        f"eval.seed={eval_cfg.seed}), correctness initial -> final")
+    initial, final = comparison["initial"], comparison["final"]
+    prompts = comparison["change"]["correctness"]["prompts"]
+    table = Table(title=f"{title}: {prompts} prompts x {samples_per_prompt} samples, correctness by maze size")
     for column in ("policy", "integrity", "correctness", *(f"{k}x{k}" for k in initial["by_size"])):
         table.add_column(column, justify="right")
     for name, r in (("initial", initial), ("final", final)):
         table.add_row(name, f"{r['integrity_rate']:.3f}", f"{r['correctness_rate']:.3f}",
                       *(f"{v['correctness_rate']:.2f}" for v in r["by_size"].values()))
     console.print(table)
-    for key, c in held_out.get("change", {}).items():
+    for key, c in comparison["change"].items():
         low, high = c["ci95"]
         verdict = "up" if low > 0 else "down" if high < 0 else "no significant change"
         console.print(f"{key}: {c['before']:.3f} -> {c['after']:.3f}, change {c['change']:+.3f} "

@@ -104,11 +104,11 @@ def batch_problems(cfg, training: bool) -> list[str]:
             f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
             f"[0, {sched.base_batch_size - 1}]"
         )
-    if training and task.num_prompts < cfg.steps * rl.global_batch_size:
+    if training and task.num_prompts < rl.global_batch_size:
         p.append(
-            f"steps={cfg.steps} x rl.global_batch_size={rl.global_batch_size} = "
-            f"{cfg.steps * rl.global_batch_size} prompts, but task.num_prompts={task.num_prompts}; "
-            "raise task.num_prompts or lower steps (each prompt is trained on once)"
+            f"rl.global_batch_size={rl.global_batch_size} exceeds task.num_prompts={task.num_prompts}: a step "
+            "would hold a prompt twice; raise task.num_prompts or lower rl.global_batch_size (steps beyond "
+            "one pass over the prompts start another epoch)"
         )
     if cfg.eval.num_prompts < 0:
         p.append(f"eval.num_prompts={cfg.eval.num_prompts} must be >= 0 (0 skips the evaluation)")
@@ -180,7 +180,7 @@ def validate_config(cfg, training: bool = True) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`).
 
     ``training=False`` (commands that only generate or plan) skips the checks that only a
-    training run needs (enough prompts for ``steps``)."""
+    training run needs (a step's prompts all distinct)."""
     problems: list[str] = []
     _choice(problems, "engine.name", cfg.engine.name, ENGINES)
     _choice(problems, "scheduler.name", cfg.scheduler.name, SCHEDULERS)

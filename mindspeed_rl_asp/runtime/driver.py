@@ -54,12 +54,15 @@ def ensure_ray(layout) -> bool:
     return True
 
 
-def plan_prompts(cfg, prompts, run_dir: Path):
-    from ..schedule.configured import build_plan, task_items
+def plan_run(cfg, prompts):
+    """The offline plan of one pass over ``prompts``, the passes ``cfg.steps`` need, and
+    the minibatches the control core dispatches (the plan replayed once per pass)."""
+    from ..schedule.configured import build_plan, repeat_for_epochs, task_items
+    from ..tasks import epochs_needed
 
     plan = build_plan(cfg, task_items(cfg, prompts))
-    plan.save(run_dir / "plan.json")
-    return plan
+    epochs = epochs_needed(len(prompts), cfg.steps, cfg.rl.global_batch_size)
+    return plan, epochs, repeat_for_epochs(plan, epochs)
 
 
 def make_control_core(cfg, plan, num_actors: int):
@@ -84,7 +87,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     from ..config.validate import resolve_model_path
     from ..policy.tokenizer import load_tokenizer
-    from ..tasks import make_task_prompts
+    from ..tasks import base_prompt_id, make_task_prompts
     from .control_unit import ControlUnit
     from .generation_unit import GenerationWorker
     from .placement import plan_placement
@@ -95,11 +98,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     model_path = str(resolve_model_path(cfg.model.path))
     prompts = make_task_prompts(cfg.task)
     tokenizer = load_tokenizer(model_path)
-    prompt_tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    plan = plan_prompts(cfg, prompts, run_dir)
+    tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
+    plan, epochs, minibatches = plan_run(cfg, prompts)
+    plan.save(run_dir / "plan.json")
+    prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
-    core = make_control_core(cfg, plan, len(placement.generators))
+    core = make_control_core(cfg, minibatches, len(placement.generators))
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -137,7 +142,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         if cfg.eval.save_final_policy or cfg.eval.num_prompts:
             ray.get(trainer.save.remote(str(final_path)))
         summary = {
-            "steps": finish.steps, "wall_time_s": wall_time,
+            "steps": finish.steps, "wall_time_s": wall_time, "epochs": epochs,
             "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
                                "running": len(finish.running)},
             "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
@@ -152,14 +157,16 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         if started_ray:
             ray.shutdown()
     if cfg.eval.num_prompts:
-        summary["held_out"] = evaluate_initial_and_final(cfg, model_path, str(final_path))
+        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), prompts))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
-    """Correctness of the starting and the trained policy on held-out mazes, same seeds,
-    with the paired change (see :func:`~mindspeed_rl_asp.policy.evaluate.paired_change`)."""
+def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts) -> dict:
+    """Correctness of the starting and the trained policy, same seeds, paired by prompt (see
+    :func:`~mindspeed_rl_asp.policy.evaluate.paired_change`), on two prompt sets:
+    ``held_out`` (a maze stream disjoint from the task's) and ``training_prompts`` (the
+    first ``eval.num_prompts`` prompts the run trained on)."""
     from dataclasses import replace
 
     from ..engines.base import SamplingParams
@@ -168,9 +175,12 @@ def evaluate_initial_and_final(cfg, initial_path: str, final_path: str) -> dict:
 
     held_out = make_task_prompts(replace(OmegaConf.to_object(cfg.task), num_prompts=cfg.eval.num_prompts,
                                          seed=cfg.eval.seed))
-    return held_out_comparison({"initial": initial_path, "final": final_path}, held_out,
-                               SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed), reward_weights(cfg.task),
-                               # One thread: on a busy 2-core machine torch's default of
-                               # all cores was measured up to 50x slower, not faster.
-                               {"num_threads": max(cfg.engine.num_threads, 1)},
-                               n_samples_per_prompt=cfg.eval.samples_per_prompt)
+    sampling = SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed)
+    paths = {"initial": initial_path, "final": final_path}
+    return {name: held_out_comparison(paths, prompts, sampling, reward_weights(cfg.task),
+                                      # One thread: on a busy 2-core machine torch's default of
+                                      # all cores was measured up to 50x slower, not faster.
+                                      {"num_threads": max(cfg.engine.num_threads, 1)},
+                                      n_samples_per_prompt=cfg.eval.samples_per_prompt)
+            for name, prompts in (("held_out", held_out), ("training_prompts",
+                                                           training_prompts[:cfg.eval.num_prompts]))}

@@ -61,6 +61,7 @@ class TrainingWorker:
         from ..algo.grpo import group_advantages, policy_age_histogram
         from ..engines.base import TrainBatch
         from ..policy.evaluate import strip_eos
+        from ..tasks import base_prompt_id
         from ..tasks.maze import score_response
 
         if step != self.version:
@@ -80,7 +81,7 @@ class TrainingWorker:
             for response, logprobs in zip(group.response_ids, group.logprobs):
                 text = strip_eos(self.tokenizer.decode(response.tolist(), skip_special_tokens=False),
                                  self.tokenizer.eos_token)
-                score = score_response(self.prompts[pid], text, self.weights)
+                score = score_response(self.prompts[base_prompt_id(pid)], text, self.weights)
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
                 scores.append(score)

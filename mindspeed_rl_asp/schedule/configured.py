@@ -25,3 +25,18 @@ def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
 def build_plan(cfg, items) -> SchedulePlan:
     return make_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
                      n_samples_per_prompt=cfg.rl.n_samples_per_prompt)
+
+
+def repeat_for_epochs(plan: SchedulePlan, epochs: int) -> list[tuple[str, tuple[str, ...]]]:
+    """``(minibatch id, prompt ids)`` in dispatch order: the plan once per epoch, epoch
+    ``e``'s prompts renamed by :func:`~mindspeed_rl_asp.tasks.epoch_prompt_id`.
+
+    Every epoch dispatches the same prompts, so the offline plan is made once and
+    replayed; minibatch ids are ``"e{e}g{g}m{m}"``.
+    """
+    from ..tasks import epoch_prompt_id
+
+    if epochs < 1:
+        raise ValueError(f"epochs={epochs} must be >= 1")
+    return [(f"e{e}g{g}m{m}", tuple(epoch_prompt_id(i, e) for i in mb.ids))
+            for e in range(epochs) for g, group in enumerate(plan.groups) for m, mb in enumerate(group)]

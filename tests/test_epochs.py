@@ -1,0 +1,40 @@
+"""Runs longer than one pass over the prompts: epoch ids and the replayed plan."""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mindspeed_rl_asp.schedule.configured import repeat_for_epochs
+from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
+from mindspeed_rl_asp.tasks import base_prompt_id, epoch_prompt_id, epochs_needed
+
+
+@pytest.mark.parametrize("num_prompts, steps, batch, epochs", [
+    (64, 8, 8, 1), (64, 9, 8, 2), (512, 60, 8, 1), (64, 60, 8, 8), (10, 1, 8, 1), (8, 0, 8, 1),
+])
+def test_epochs_needed(num_prompts, steps, batch, epochs):
+    assert epochs_needed(num_prompts, steps, batch) == epochs
+
+
+def test_epoch_ids_round_trip_and_epoch_zero_is_plain():
+    assert epoch_prompt_id("maze-0-3", 0) == "maze-0-3"
+    assert epoch_prompt_id("maze-0-3", 2) == "maze-0-3@e2"
+    assert base_prompt_id("maze-0-3@e2") == base_prompt_id("maze-0-3") == "maze-0-3"
+    with pytest.raises(ValueError, match="already contains"):
+        epoch_prompt_id("maze-0-3@e1", 1)
+
+
+@given(st.lists(st.integers(1, 200), min_size=4, max_size=40), st.integers(1, 4))
+def test_replayed_plan_holds_every_prompt_once_per_epoch(lengths, epochs):
+    items = [(f"p{i}", float(n)) for i, n in enumerate(lengths)]
+    plan = make_plan(items, SchedulerParams(name="asp", base_batch_size=2, slack=1, group_size=2),
+                     n_samples_per_prompt=2)
+    minibatches = repeat_for_epochs(plan, epochs)
+    ids = [pid for _, mb in minibatches for pid in mb]
+    assert len(ids) == len(set(ids)) == len(items) * epochs
+    assert len({mb_id for mb_id, _ in minibatches}) == len(minibatches)
+    per_epoch = len(minibatches) // epochs
+    for e in range(epochs):
+        # Each epoch replays the plan in its order, under that epoch's ids.
+        chunk = minibatches[e * per_epoch:(e + 1) * per_epoch]
+        assert [[base_prompt_id(p) for p in mb] for _, mb in chunk] == [list(mb.ids) for mb in plan.minibatches()]
+        assert all(p == epoch_prompt_id(base_prompt_id(p), e) for _, mb in chunk for p in mb)
