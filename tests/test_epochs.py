@@ -38,3 +38,30 @@ def test_replayed_plan_holds_every_prompt_once_per_epoch(lengths, epochs):
         chunk = minibatches[e * per_epoch:(e + 1) * per_epoch]
         assert [[base_prompt_id(p) for p in mb] for _, mb in chunk] == [list(mb.ids) for mb in plan.minibatches()]
         assert all(p == epoch_prompt_id(base_prompt_id(p), e) for _, mb in chunk for p in mb)
+
+
+def test_prompt_epoch_reads_the_epoch_back():
+    from mindspeed_rl_asp.tasks import prompt_epoch
+
+    assert [prompt_epoch(epoch_prompt_id("maze-0-7", e)) for e in range(4)] == [0, 1, 2, 3]
+
+
+def test_step_correctness_is_split_by_epoch_and_summed_across_steps():
+    from mindspeed_rl_asp.metrics.report import epoch_means
+    from mindspeed_rl_asp.runtime.training_unit import epoch_sums
+
+    # A step that straddles epochs 0 and 1: 3 samples of epoch 0 (2 correct), 1 of epoch 1.
+    rows = [("a", None), ("a", None), ("b", None), ("a@e1", None)]
+    scores = [{"correctness": c} for c in (1.0, 0.0, 1.0, 1.0)]
+    step0 = epoch_sums(rows, scores)
+    assert step0 == {"0": [2.0, 3], "1": [1.0, 1]}
+    step1 = epoch_sums([("b@e1", None)] * 3, [{"correctness": 0.0}] * 3)
+    assert epoch_means([{"epoch_correctness": step0}, {"epoch_correctness": step1}, {}]) == [
+        (0, pytest.approx(2 / 3), 3), (1, pytest.approx(1 / 4), 4)]
+
+
+def test_partial_epochs_are_flagged():
+    from mindspeed_rl_asp.metrics.report import is_complete
+
+    assert is_complete([(0, 0.5, 256), (1, 0.6, 256), (2, 0.4, 128)]) == [True, True, False]
+    assert is_complete([]) == []

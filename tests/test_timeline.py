@@ -49,6 +49,16 @@ def test_report_draws_pngs(tmp_path):
     made = make_report(tmp_path)
     assert sorted(p.name for p in made) == ["queue.png", "rewards.png", "timeline.png"]
     assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in made)
+    from PIL import Image
+
+    one_panel = Image.open(tmp_path / "rewards.png").size[0]
+
+    # With several epochs the rewards picture gains the per-epoch panel (a wider figure).
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(
+        {"step": s, "elapsed_s": s, "reward_mean": 0.1 * s, "correctness_rate": 0.1, "integrity_rate": 1.0,
+         "epoch_correctness": {str(s // 2): [s, 4]}}) for s in range(4)))
+    make_report(tmp_path)
+    assert Image.open(tmp_path / "rewards.png").size[0] > 1.3 * one_panel
 
 
 def test_report_on_a_non_run_dir(tmp_path):

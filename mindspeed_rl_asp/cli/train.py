@@ -59,6 +59,12 @@ def train(cfg, dry_run: bool = False) -> int:
                 f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
         summary = run_training(cfg, run_dir, on_step)
+    by_epoch = summary.get("on_policy_correctness_by_epoch", [])
+    if len(by_epoch) > 1:
+        console.print("on-policy correctness per epoch (the same prompts each epoch): " + "  ".join(
+            f"{e['epoch']}: {e['correctness']:.3f}" for e in by_epoch if e["complete"]) + "".join(
+            f"; epoch {e['epoch']} is partial ({e['samples']} samples) and not comparable"
+            for e in by_epoch if not e["complete"]))
     for key, title in (("training_prompts", "training prompts (seen in training)"),
                        ("held_out", f"held-out mazes (eval.seed={cfg.eval.seed})")):
         if key in summary:

@@ -78,10 +78,35 @@ def queue_plot(run_dir: Path, out: Path) -> Path:
     return _save(plt, fig, out)
 
 
+def epoch_means(rows: list[dict], key: str = "epoch_correctness") -> list[tuple[int, float, int]]:
+    """``(epoch, mean, samples)`` per epoch from the steps' ``{epoch: [sum, count]}`` metric.
+
+    A step may straddle two epochs; its samples count where they belong.
+    """
+    totals: dict[int, list[float]] = {}
+    for r in rows:
+        for epoch, (total, count) in r.get(key, {}).items():
+            entry = totals.setdefault(int(epoch), [0.0, 0])
+            entry[0] += total
+            entry[1] += count
+    return [(e, t / n, int(n)) for e, (t, n) in sorted(totals.items()) if n]
+
+
+def is_complete(epochs: list[tuple[int, float, int]]) -> list[bool]:
+    """Which epochs of :func:`epoch_means` are whole passes (as many samples as the
+    largest). A partial epoch saw only the front of the plan, which ASP fills with the
+    heaviest prompts, so its mean is not comparable with the others."""
+    full = max((n for _, _, n in epochs), default=0)
+    return [n == full for _, _, n in epochs]
+
+
 def reward_plot(run_dir: Path, out: Path) -> Path:
     plt = _pyplot()
     rows = read_metrics(run_dir)
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    epochs = epoch_means(rows)
+    panels = 2 if len(epochs) > 1 else 1
+    fig, axes = plt.subplots(1, panels, figsize=(8 + 4 * (panels - 1), 3.5), squeeze=False)
+    ax = axes[0][0]
     x = [r.get("elapsed_s", r["step"]) for r in rows]
     for (key, label), color in zip((("reward_mean", "mean reward"), ("correctness_rate", "correctness"),
                                     ("integrity_rate", "integrity")), ("C0", "C1", "C2")):
@@ -93,6 +118,20 @@ def reward_plot(run_dir: Path, out: Path) -> Path:
     ax.set_xlabel("seconds since start" if rows and "elapsed_s" in rows[0] else "step")
     ax.set_title("rewards over time")
     ax.legend(fontsize="small")
+    if panels == 2:
+        # Each epoch replays the same prompts: the one like-for-like learning curve of a run.
+        ax = axes[0][1]
+        complete = is_complete(epochs)
+        whole = [(e, m) for (e, m, _), c in zip(epochs, complete) if c]
+        ax.plot([e for e, _ in whole], [m for _, m in whole], marker="o", color="C1", label="whole epoch")
+        for (e, m, n), c in zip(epochs, complete):
+            if not c:
+                ax.plot([e], [m], marker="o", markerfacecolor="none", color="C1", linestyle="none",
+                        label=f"partial epoch ({n} samples, heaviest prompts first)")
+        ax.legend(fontsize="small")
+        ax.set_xlabel("epoch (the same prompts each epoch)")
+        ax.set_ylabel("correctness")
+        ax.set_title("on-policy correctness per epoch")
     return _save(plt, fig, out)
 
 

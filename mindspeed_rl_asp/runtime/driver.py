@@ -156,6 +156,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             remove_placement_group(pg)  # the actors in it go with it
         if started_ray:
             ray.shutdown()
+    from ..metrics.report import epoch_means, is_complete
+    from ..metrics.writer import read_metrics
+
+    by_epoch = epoch_means(read_metrics(run_dir))
+    summary["on_policy_correctness_by_epoch"] = [
+        {"epoch": e, "correctness": m, "samples": n, "complete": c}
+        for (e, m, n), c in zip(by_epoch, is_complete(by_epoch))]
     if cfg.eval.num_prompts:
         summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), prompts))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

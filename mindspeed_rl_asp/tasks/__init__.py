@@ -41,3 +41,9 @@ def epoch_prompt_id(prompt_id: str, epoch: int) -> str:
 def base_prompt_id(prompt_id: str) -> str:
     """Inverse of :func:`epoch_prompt_id`: the dataset id behind an epoch id."""
     return prompt_id.split(EPOCH_MARK, 1)[0]
+
+
+def prompt_epoch(prompt_id: str) -> int:
+    """The pass an id of :func:`epoch_prompt_id` belongs to (0 for a plain id)."""
+    _, mark, epoch = prompt_id.partition(EPOCH_MARK)
+    return int(epoch) if mark else 0
