@@ -81,7 +81,7 @@ WINDOW = 5
 
 
 def log(msg: str) -> None:
-    print(f"[bench_modes {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{Path(sys.argv[0]).stem} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def table(headers: list[str], rows: list[list]) -> str:
