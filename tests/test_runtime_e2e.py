@@ -109,11 +109,13 @@ def test_ctrl_c_stops_cleanly(ray_cluster, tmp_path, capsys):
     def interrupt_after_first_step():
         deadline = time.time() + 300
         while time.time() < deadline and not (run_dir / "metrics.jsonl").is_file():
-            time.sleep(0.2)
+            time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_after_first_step, daemon=True).start()
-    rc = main([*SMALL, "steps=6", "task.num_prompts=40", f"run_dir={run_dir}"])
+    # Far more steps than the interrupt needs (steps take 0.1-0.5 s here), so that the
+    # run cannot finish before the signal lands.
+    rc = main([*SMALL, "steps=200", "task.num_prompts=40", f"run_dir={run_dir}"])
     assert rc == 130
     assert "interrupted" in capsys.readouterr().err
     assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.jsonl").is_file()
