@@ -51,3 +51,20 @@ def test_paired_change_is_antisymmetric_and_bounded(pairs):
     assert forward["change"] == pytest.approx(forward["after"] - forward["before"])
     assert -1 <= forward["change"] <= 1 and forward["ci95"][0] <= forward["change"] <= forward["ci95"][1]
     assert forward["improved"] == backward["worsened"]
+
+
+def test_same_checkpoint_twice_changes_nothing_and_progress_counts_all(random_policy_dir):
+    from mindspeed_rl_asp.engines.base import SamplingParams
+    from mindspeed_rl_asp.policy.evaluate import held_out_comparison
+    from mindspeed_rl_asp.tasks.maze import MazeRewardWeights, MazeTaskSpec, make_dataset
+
+    calls = []
+    prompts = make_dataset(3, 0, MazeTaskSpec(min_size=3, max_size=4))
+    results = held_out_comparison({"a": random_policy_dir, "b": random_policy_dir}, prompts,
+                                  SamplingParams(max_tokens=8, seed=3), MazeRewardWeights(), {"num_threads": 1},
+                                  n_samples_per_prompt=2, progress=lambda *call: calls.append(call))
+    # Same weights, same seeds: the very same samples, so exactly no change.
+    assert results["a"]["samples"] == results["b"]["samples"] == 6
+    assert results["change"]["correctness"]["change"] == 0 and results["change"]["integrity"]["stderr"] == 0
+    assert calls[-1] == ("b", 12, 12) and [c[1] for c in calls] == sorted(c[1] for c in calls)
+    assert {c[0] for c in calls} == {"a", "b"}

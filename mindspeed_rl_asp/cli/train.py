@@ -43,10 +43,10 @@ def train(cfg, dry_run: bool = False) -> int:
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "
                   f"layout={cfg.layout.name} ({len(placement.generators)} generation actors), "
                   f"{cfg.steps} steps ({epochs:.2g} passes over {cfg.task.num_prompts} prompts); run dir {run_dir}")
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, console=console) as progress:
-        bar = progress.add_task("training", total=cfg.steps, info="starting actors")
+        bar = progress.add_task("training", total=cfg.steps, info="starting actors", unit="steps")
 
         def on_step(m: dict) -> None:
             progress.update(bar, completed=m["step"] + 1, info=(
@@ -58,7 +58,15 @@ def train(cfg, dry_run: bool = False) -> int:
                 f"age {m['policy_age_mean']:.2f}  pad {m['padding_bubble']:.2f}  "
                 f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
-        summary = run_training(cfg, run_dir, on_step)
+        checking = None
+
+        def on_eval(what: str, done: int, total: int) -> None:
+            nonlocal checking
+            if checking is None:
+                checking = progress.add_task("final check", total=total, info="", unit="samples")
+            progress.update(checking, completed=done, total=total, info=f"sampling {what}")
+
+        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval)
     by_epoch = summary.get("on_policy_correctness_by_epoch", [])
     if len(by_epoch) > 1:
         console.print("on-policy correctness per epoch (the same prompts each epoch): " + "  ".join(

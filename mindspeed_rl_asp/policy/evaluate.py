@@ -124,20 +124,26 @@ def paired_change(before: Sequence[ScoredSample], after: Sequence[ScoredSample],
 
 def held_out_comparison(paths: dict[str, str], prompts: Sequence[MazePrompt], sampling: SamplingParams,
                         weights: MazeRewardWeights, engine_kwargs: dict | None = None,
-                        n_samples_per_prompt: int = 1) -> dict[str, dict]:
+                        n_samples_per_prompt: int = 1,
+                        progress: Callable[[str, int, int], None] | None = None) -> dict[str, dict]:
     """Score each named checkpoint on the same held-out prompts with the same seeds.
 
     Returns ``{name: summary with "by_size"}`` and, when there is more than one checkpoint,
     ``"change"``: :func:`paired_change` of correctness and integrity from the first
-    checkpoint to the last.
+    checkpoint to the last. ``progress(checkpoint name, samples done, samples in all)``
+    after each batch, counting over all checkpoints.
     """
     from ..engines.hf import HFGenerationEngine
 
     results, scored = {}, {}
-    for name, path in paths.items():
+    per_checkpoint = len(prompts) * n_samples_per_prompt
+    for k, (name, path) in enumerate(paths.items()):
         engine = HFGenerationEngine(path, **(engine_kwargs or {}))
+        on_batch = progress and (lambda done, _tokens_per_s, name=name, before=k * per_checkpoint:
+                                 progress(name, before + done, len(paths) * per_checkpoint))
         scored[name], results[name] = sample_and_score(engine, engine.tokenizer, prompts, sampling, weights,
-                                                       n_samples_per_prompt=n_samples_per_prompt, batch_size=64)
+                                                       n_samples_per_prompt=n_samples_per_prompt, batch_size=64,
+                                                       on_batch=on_batch)
         results[name]["by_size"] = rates_by_size(scored[name])
     names = list(paths)
     if len(names) > 1:

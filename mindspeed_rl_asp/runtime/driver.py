@@ -79,8 +79,12 @@ def make_control_core(cfg, plan, num_actors: int):
 
 
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
-                 fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None) -> dict:
+                 fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
+                 on_eval: Callable[[str, int, int], None] | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
+
+    ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
+    during the final initial-vs-final check.
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` are fault-injection seams for tests."""
     import ray
@@ -164,16 +168,19 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         {"epoch": e, "correctness": m, "samples": n, "complete": c}
         for (e, m, n), c in zip(by_epoch, is_complete(by_epoch))]
     if cfg.eval.num_prompts:
-        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), prompts))
+        by_id = {p.id: p for p in prompts}
+        trained = [by_id[i] for i in dict.fromkeys(base_prompt_id(i) for i in summary["consumed_prompt_ids"])]
+        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts) -> dict:
+def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts,
+                               progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Correctness of the starting and the trained policy, same seeds, paired by prompt (see
     :func:`~mindspeed_rl_asp.policy.evaluate.paired_change`), on two prompt sets:
     ``held_out`` (a maze stream disjoint from the task's) and ``training_prompts`` (the
-    first ``eval.num_prompts`` prompts the run trained on)."""
+    first ``eval.num_prompts`` of ``training_prompts``, the prompts the run trained on)."""
     from dataclasses import replace
 
     from ..engines.base import SamplingParams
@@ -184,10 +191,16 @@ def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training
                                          seed=cfg.eval.seed))
     sampling = SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed)
     paths = {"initial": initial_path, "final": final_path}
-    return {name: held_out_comparison(paths, prompts, sampling, reward_weights(cfg.task),
-                                      # One thread: on a busy 2-core machine torch's default of
-                                      # all cores was measured up to 50x slower, not faster.
-                                      {"num_threads": max(cfg.engine.num_threads, 1)},
-                                      n_samples_per_prompt=cfg.eval.samples_per_prompt)
-            for name, prompts in (("held_out", held_out), ("training_prompts",
-                                                           training_prompts[:cfg.eval.num_prompts]))}
+    sets = (("held_out", held_out), ("training_prompts", training_prompts[:cfg.eval.num_prompts]))
+    total = len(paths) * cfg.eval.samples_per_prompt * sum(len(prompts) for _, prompts in sets)
+    results, before = {}, 0
+    for name, prompts in sets:
+        results[name] = held_out_comparison(
+            paths, prompts, sampling, reward_weights(cfg.task),
+            # One thread: on a busy 2-core machine torch's default of all cores was
+            # measured up to 50x slower, not faster.
+            {"num_threads": max(cfg.engine.num_threads, 1)}, n_samples_per_prompt=cfg.eval.samples_per_prompt,
+            progress=progress and (lambda policy, done, _, name=name, before=before:
+                                   progress(f"{name}, {policy} policy", before + done, total)))
+        before += len(paths) * cfg.eval.samples_per_prompt * len(prompts)
+    return results
