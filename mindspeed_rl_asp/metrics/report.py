@@ -94,8 +94,8 @@ def epoch_means(rows: list[dict], key: str = "epoch_correctness") -> list[tuple[
 
 def is_complete(epochs: list[tuple[int, float, int]]) -> list[bool]:
     """Which epochs of :func:`epoch_means` are whole passes (as many samples as the
-    largest). A partial epoch saw only the front of the plan, which ASP fills with the
-    heaviest prompts, so its mean is not comparable with the others."""
+    largest). A partial epoch saw only the front of the plan (with ASP: the heaviest
+    groups), so its mean is not comparable with the others."""
     full = max((n for _, _, n in epochs), default=0)
     return [n == full for _, _, n in epochs]
 
@@ -127,7 +127,7 @@ def reward_plot(run_dir: Path, out: Path) -> Path:
         for (e, m, n), c in zip(epochs, complete):
             if not c:
                 ax.plot([e], [m], marker="o", markerfacecolor="none", color="C1", linestyle="none",
-                        label=f"partial epoch ({n} samples, heaviest prompts first)")
+                        label=f"partial epoch ({n} samples: the front of the plan only)")
         ax.legend(fontsize="small")
         ax.set_xlabel("epoch (the same prompts each epoch)")
         ax.set_ylabel("correctness")
