@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mindspeed_rl_asp.schedule.configured import repeat_for_epochs
+from mindspeed_rl_asp.schedule.configured import repeat_for_epochs, step_aligned_plan
 from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
 from mindspeed_rl_asp.tasks import base_prompt_id, epoch_prompt_id, epochs_needed
 
@@ -65,3 +65,25 @@ def test_partial_epochs_are_flagged():
 
     assert is_complete([(0, 0.5, 256), (1, 0.6, 256), (2, 0.4, 128)]) == [True, True, False]
     assert is_complete([]) == []
+
+
+@given(st.lists(st.integers(1, 200), min_size=4, max_size=30), st.integers(1, 3), st.integers(2, 9),
+       st.sampled_from(["asp", "fifo", "sorted"]))
+def test_step_aligned_plan_keeps_every_minibatch_inside_one_step(lengths, epochs, batch, planner):
+    items = [(f"p{i}", float(n)) for i, n in enumerate(lengths)]
+    params = SchedulerParams(name=planner, base_batch_size=3, slack=1 if planner == "asp" else 0, group_size=2)
+    plan, minibatches = step_aligned_plan(items, params, 2, batch, epochs)
+    ids = [pid for _, mb in minibatches for pid in mb]
+    assert ids == plan.prompt_ids() and len(ids) == len(set(ids)) == len(items) * epochs
+    stream = [epoch_prompt_id(i, e) for e in range(epochs) for i, _ in items]
+    position = {pid: k for k, pid in enumerate(stream)}
+    dispatched = 0
+    for mb_id, mb in minibatches:
+        steps = {position[p] // batch for p in mb}
+        assert len(steps) == 1 and mb_id.startswith(f"s{steps.pop()}m")  # never straddles a step
+        dispatched += len(mb)
+    # Steps go in data order: the first k steps hold exactly the first k * batch prompts.
+    for k in range(1, len(stream) // batch + 1):
+        first = [pid for _, mb in minibatches for pid in mb if position[pid] // batch < k]
+        assert set(first) == set(stream[:k * batch])
+    assert plan.planner == f"{planner} per step" and plan.params.group_size == 1

@@ -66,12 +66,13 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     assert any((run_dir / "tensorboard").iterdir())
 
 
-def test_steps_beyond_the_prompts_train_more_epochs(ray_cluster, tmp_path):
+@pytest.mark.parametrize("mode", ["mode=async", "mode=hybrid"])  # hybrid: asp planned step by step
+def test_steps_beyond_the_prompts_train_more_epochs(ray_cluster, tmp_path, mode):
     from collections import Counter
 
     from mindspeed_rl_asp.tasks import base_prompt_id
 
-    cfg, run_dir, summary = run(tmp_path, "task.num_prompts=8", "steps=6")
+    cfg, run_dir, summary = run(tmp_path, mode, "scheduler=asp", "task.num_prompts=8", "steps=6")
     assert summary["steps"] == 6 and summary["epochs"] == 3
     consumed = summary["consumed_prompt_ids"]
     assert len(consumed) == len(set(consumed)) == 24

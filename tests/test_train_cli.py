@@ -9,11 +9,18 @@ def test_dry_run_prints_placement_and_plan(capsys):
 
 
 def test_a_plan_the_control_rules_cannot_run_is_refused(capsys):
-    # Hybrid (max_staleness=0) needs minibatch boundaries on every step boundary; asp's
-    # floating sizes do not give that, and the error says what to change.
-    assert main(["mode=hybrid", "--dry-run"]) == 2
+    # A queue that holds one step admits no minibatch across a step boundary; asp's
+    # floating sizes cross them, and the error says what to change.
+    assert main(["mode.queue_capacity=32", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "mode=hybrid, scheduler=asp" in err and "max_staleness" in err and "Traceback" not in err
+    assert "mode=async, scheduler=asp" in err and "queue_capacity" in err and "Traceback" not in err
+
+
+def test_hybrid_plans_step_by_step(capsys):
+    # max_staleness=0: planned per step, so asp and a prompt count that is no multiple of
+    # the step both run.
+    assert main(["mode=hybrid", "task.num_prompts=62", "--dry-run"]) == 0
+    assert "plan: asp per step" in capsys.readouterr().out
 
 
 def test_a_step_larger_than_the_prompt_set_is_refused(capsys):

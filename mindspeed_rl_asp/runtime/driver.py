@@ -55,13 +55,21 @@ def ensure_ray(layout) -> bool:
 
 
 def plan_run(cfg, prompts):
-    """The offline plan of one pass over ``prompts``, the passes ``cfg.steps`` need, and
-    the minibatches the control core dispatches (the plan replayed once per pass)."""
-    from ..schedule.configured import build_plan, repeat_for_epochs, task_items
+    """The offline plan, the passes over ``prompts`` that ``cfg.steps`` need, and the
+    minibatches the control core dispatches: one pass planned and replayed once per pass;
+    with ``mode.max_staleness=0`` (hybrid) planned step by step instead, so that no
+    minibatch straddles two steps."""
+    from ..schedule.configured import build_plan, repeat_for_epochs, step_aligned_plan, task_items
+    from ..schedule.plan import SchedulerParams
     from ..tasks import epochs_needed
 
-    plan = build_plan(cfg, task_items(cfg, prompts))
+    items = task_items(cfg, prompts)
     epochs = epochs_needed(len(prompts), cfg.steps, cfg.rl.global_batch_size)
+    if cfg.mode.max_staleness == 0:
+        plan, minibatches = step_aligned_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
+                                              cfg.rl.n_samples_per_prompt, cfg.rl.global_batch_size, epochs)
+        return plan, epochs, minibatches
+    plan = build_plan(cfg, items)
     return plan, epochs, repeat_for_epochs(plan, epochs)
 
 
