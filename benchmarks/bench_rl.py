@@ -29,9 +29,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench_modes import log, run_one  # noqa: E402
+from train_tiny_policy import encode_examples  # noqa: E402
 
 ARMS = (("one-pass", ["task.num_prompts=512"]), ("epochs", ["task.num_prompts=64"]), ("sft", []))
 SFT_SEED = 4242  # a maze stream disjoint from task.seed (0), eval.seed and the shipped SFT's
@@ -55,16 +57,14 @@ def sft_control(overrides: list[str], root: Path, tag: str) -> dict:
     batch = cfg.rl.global_batch_size * cfg.rl.n_samples_per_prompt
     engine = HFTrainingEngine(model_path, num_threads=max(cfg.engine.num_threads, 1), lr=cfg.train.lr,
                               clip_grad=cfg.train.clip_grad, micro_batch_size=batch)
-    tok, eos = engine.tokenizer, engine.tokenizer.eos_token_id
     items = make_dataset(cfg.steps * batch, SFT_SEED,
                          MazeTaskSpec(cfg.task.min_size, cfg.task.max_size, cfg.task.size_decay))
     random.Random(cfg.seed).shuffle(items)
+    examples = encode_examples(engine.tokenizer, items)  # the shipped policy's own SFT encoding
     start = time.time()
     for step in range(cfg.steps):
-        chunk = items[step * batch:(step + 1) * batch]
-        engine.train_step(TrainBatch([tok(it.prompt, add_special_tokens=False)["input_ids"] for it in chunk],
-                                     [tok(it.reference_response, add_special_tokens=False)["input_ids"] + [eos]
-                                      for it in chunk]), nll_loss)
+        chunk = examples[step * batch:(step + 1) * batch]
+        engine.train_step(TrainBatch([p for p, _ in chunk], [r for _, r in chunk]), nll_loss)
     wall = time.time() - start
     engine.save(run_dir / "final_policy")
     summary = {"epochs": 1, "wall_time_s": wall,
