@@ -306,7 +306,7 @@ def real_run(overrides: list[str], repeats: int) -> dict:
 
 def _prompt_tokens(cfg) -> dict:
     from mindspeed_rl_asp.config.validate import resolve_model_path
-    from mindspeed_rl_asp.policy.tokenizer import load_tokenizer
+    from mindspeed_rl_asp.engines.hf import load_tokenizer
     from mindspeed_rl_asp.tasks import make_task_prompts
 
     tokenizer = load_tokenizer(str(resolve_model_path(cfg.model.path)))

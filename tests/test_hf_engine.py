@@ -10,7 +10,7 @@ from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, make_dataset
 
 @pytest.fixture(scope="module")
 def prompts(random_policy_dir):
-    from mindspeed_rl_asp.policy.tokenizer import load_tokenizer
+    from mindspeed_rl_asp.engines.hf import load_tokenizer
 
     tok = load_tokenizer(random_policy_dir)
     items = make_dataset(6, 0, MazeTaskSpec(min_size=3, max_size=5))

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mindspeed_rl_asp.policy.tokenizer import (ALPHABET, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, build_tokenizer,
-                                               load_tokenizer, vocabulary)
+from mindspeed_rl_asp.engines.hf import load_tokenizer
+from mindspeed_rl_asp.policy.tokenizer import ALPHABET, EOS_TOKEN, PAD_TOKEN, UNK_TOKEN, build_tokenizer, vocabulary
 from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, count_tokens, make_dataset, maze_vocabulary
 
 

@@ -42,12 +42,20 @@ def _prepare_device(device: str, num_threads: int):
     return torch.device(device)
 
 
+def load_tokenizer(path: str | Path):
+    """The tokenizer of a local checkpoint directory, padding on the left (generation
+    batches prompts; ``pad_batch`` lays them out the same way)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
 def load_policy(path: str | Path, device: str = "cpu", dtype: str = "float32", num_threads: int = 0):
     """Load (model, tokenizer) from a local checkpoint directory, in eval mode."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
-
-    from ..policy.tokenizer import load_tokenizer
 
     hf_logging.disable_progress_bar()  # one bar per actor per weight load is noise
 

@@ -8,8 +8,8 @@ exactly for any text over that alphabet: no token drops or adds spaces or newlin
 from __future__ import annotations
 
 import string
-from pathlib import Path
 
+from ..engines.hf import load_tokenizer  # noqa: F401  (its home is the engine; kept importable here)
 from ..tasks.maze import TOKEN_PATTERN, maze_vocabulary
 
 PAD_TOKEN = "<|pad|>"
@@ -50,11 +50,3 @@ def build_tokenizer(max_maze_size: int = VOCAB_MAX_MAZE_SIZE):
         clean_up_tokenization_spaces=False,
         model_max_length=4096,
     )
-
-
-def load_tokenizer(path: str | Path):
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
-    tokenizer.padding_side = "left"
-    return tokenizer

@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .predictors import _observations
+from .observations import observed_lengths
 
 __all__ = ["LMLengthPredictor", "DEFAULT_MODEL_PATH"]
 
@@ -218,7 +218,7 @@ class LMLengthPredictor:
         import torch
 
         prompts = _check_prompts(prompts)
-        y = _observations(prompts, lengths)
+        y = observed_lengths(prompts, lengths)
         started = time.perf_counter()
         # One weighted example per distinct prompt: same gradient as one per observation.
         index: dict[str, int] = {}

@@ -28,6 +28,8 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .observations import observed_lengths
+
 __all__ = [
     "LengthPredictor",
     "HistoryPredictor",
@@ -48,19 +50,6 @@ class LengthPredictor(Protocol):
     def fit(self, prompts: Sequence[str], lengths: Sequence[float]) -> "LengthPredictor": ...
 
     def predict(self, prompts: Sequence[str]) -> np.ndarray: ...
-
-
-def _observations(prompts: Sequence[str], lengths: Sequence[float]) -> np.ndarray:
-    """Validate a fit call: same length, non-empty, finite lengths >= 0."""
-    y = np.asarray(lengths, dtype=np.float64)
-    if y.ndim != 1 or len(prompts) != len(y):
-        raise ValueError(f"got {len(prompts)} prompts but {y.size} lengths")
-    if len(y) == 0:
-        raise ValueError("cannot fit a length predictor on no observations")
-    bad = np.flatnonzero(~np.isfinite(y) | (y < 0))
-    if bad.size:
-        raise ValueError(f"length {y[bad[0]]} of prompt {prompts[bad[0]]!r} must be finite and >= 0")
-    return y
 
 
 class HistoryPredictor:
@@ -84,7 +73,7 @@ class HistoryPredictor:
         return self.update(prompts, lengths)
 
     def update(self, prompts: Sequence[str], lengths: Sequence[float]) -> "HistoryPredictor":
-        y = _observations(prompts, lengths)
+        y = observed_lengths(prompts, lengths)
         for p, v in zip(prompts, y.tolist()):
             self._sum[p] = self._sum.get(p, 0.0) + v
             self._count[p] = self._count.get(p, 0) + 1
@@ -173,7 +162,7 @@ class FeatureRidgePredictor:
         return x
 
     def fit(self, prompts: Sequence[str], lengths: Sequence[float]) -> "FeatureRidgePredictor":
-        y = np.log1p(_observations(prompts, lengths))
+        y = np.log1p(observed_lengths(prompts, lengths))
         if hasattr(self.features, "fit"):
             self.features.fit(prompts)
         x = self._matrix(prompts)
