@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Hashable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Hashable, Mapping, Optional, Sequence
 
 OFF_POLICY_MODES = ("none", "tis", "decoupled")
 LOSS_AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
@@ -84,9 +84,16 @@ def policy_age_histogram(trainer_version: int, versions: Sequence[int]) -> dict[
 # --------------------------------------------------------------------------- config
 
 
-@dataclass(frozen=True)
-class GRPOLossConfig:
-    """Keys of the GRPO loss (see docs/grpo.md for when to use which).
+@dataclass
+class GRPOLossKeys:
+    """The GRPO loss keys and their defaults, declared here and nowhere else.
+
+    They are the fields of :class:`GRPOLossConfig` and, through
+    ``config/schema.AlgoConfig`` (which extends this class), the ``algo`` keys of the
+    typed config tree, so the YAML keys and the loss's cannot drift apart. Plain and
+    mutable because OmegaConf merges YAML and overrides into it as a structured config
+    (hence ``Optional[float]``, which OmegaConf reads, rather than ``float | None``);
+    nothing is checked here: :class:`GRPOLossConfig` checks.
 
     ``tis_cap``: cap C on the importance weight ``exp(proximal - behaviour)``; required
     (a number >= 1) for ``tis``; ``None`` leaves the ``decoupled`` weight uncapped.
@@ -100,9 +107,23 @@ class GRPOLossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     off_policy: str = "tis"
-    tis_cap: float | None = 2.0
+    tis_cap: Optional[float] = 2.0
     loss_agg: str = "token_mean"
     proximal_from_current: bool = False
+
+
+# Not frozen only because a dataclass cannot be frozen over a mutable base; nothing
+# assigns to a loss config after it is built.
+@dataclass
+class GRPOLossConfig(GRPOLossKeys):
+    """The GRPO loss keys (:class:`GRPOLossKeys`), checked when built: a bad value raises
+    ValueError naming it and the valid ones (see docs/grpo.md for when to use which)."""
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "GRPOLossConfig":
+        """The loss keys of ``values`` (e.g. the ``algo`` config node as a dict); keys that
+        are not the loss's, such as ``scale_advantages``, are ignored, missing ones default."""
+        return cls(**{f.name: values[f.name] for f in fields(GRPOLossKeys) if f.name in values})
 
     def __post_init__(self) -> None:
         if self.off_policy not in OFF_POLICY_MODES:
@@ -355,6 +376,6 @@ def make_loss_fn(cfg: GRPOLossConfig, global_norm: bool = True):
 
 
 __all__ = [
-    "GRPOLossConfig", "KL_ESTIMATORS", "LOSS_AGG_MODES", "OFF_POLICY_MODES", "group_advantages", "grpo_loss",
+    "GRPOLossConfig", "GRPOLossKeys", "KL_ESTIMATORS", "LOSS_AGG_MODES", "OFF_POLICY_MODES", "group_advantages", "grpo_loss",
     "kl_penalty", "make_loss_fn", "policy_age_histogram",
 ]

@@ -12,7 +12,9 @@ Keys that MindSpeed-RL users know keep MindSpeed-RL's names: ``global_batch_size
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, Optional
+
+from ..algo.grpo import GRPOLossKeys
 
 DEVICE_TYPES = ("cpu", "gpu", "npu")
 ENGINES = ("hf", "vllm", "mindspeed")
@@ -62,10 +64,22 @@ class ModelConfig:
     name: str = "tiny-maze-qwen3"
     path: str = "mindspeed_rl_asp/assets/tiny-maze-qwen3"
     family: str = "qwen3"
-    params_b: float = 0.001
-    active_params_b: float = 0.001
     dtype: str = "float32"
     max_position_embeddings: int = 1024
+    # Architecture, as in the checkpoint's config.json (num_layers = num_hidden_layers).
+    # Parameter counts and bytes are computed from these (sim/profiles.ModelProfile),
+    # never typed in. 0 means unset: every file in configs/model/ sets them.
+    num_layers: int = 0
+    hidden_size: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    head_dim: int = 0
+    intermediate_size: int = 0
+    vocab_size: int = 0
+    tie_word_embeddings: bool = False
+    num_experts: int = 0            # 0: dense
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     expert_model_parallel_size: int = 1
@@ -85,6 +99,37 @@ class EngineConfig:
     num_threads: int = 1
     gpu_memory_utilization: float = 0.5
     max_num_seqs: int = 64
+    # Engine profile for the simulator (sim/profiles.EngineProfile): "continuous" (vLLM)
+    # or "static" (HF generate) batching, seconds per decode step outside the kernels,
+    # per weight refresh besides the transfer, and per train <-> generate switch in
+    # hybrid mode. 0 / "" means unset; sources maps each key to where its value is from.
+    batching: str = ""
+    decode_step_overhead_s: float = 0.0
+    weight_sync_fixed_s: float = 0.0
+    mode_switch_s: float = 0.0
+    sources: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HardwareConfig:
+    """One device and its node, for the simulator's cost models (sim/profiles.HardwareProfile).
+
+    Units are the datasheets': TFLOPS, GiB, GB/s (10^9 bytes/s); efficiencies are
+    fractions of the peak. ``sources`` maps every number's key to where it comes from.
+    0 means unset: every file in configs/hardware/ sets every number.
+    """
+
+    name: str = "cpu_local"
+    peak_bf16_tflops: float = 0.0
+    hbm_gib: float = 0.0
+    hbm_bandwidth_gbs: float = 0.0
+    inference_bandwidth_efficiency: float = 0.0
+    inference_compute_efficiency: float = 0.0
+    training_mfu: float = 0.0
+    intra_node_bandwidth_gbs: float = 0.0
+    inter_node_bandwidth_gbs: float = 0.0
+    devices_per_node: int = 0
+    sources: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,19 +201,13 @@ class TrainConfig:
 
 
 @dataclass
-class AlgoConfig:
-    """GRPO loss (see docs/grpo.md). ``off_policy`` corrects for stale samples:
-    ``tis`` (truncated importance weight), ``decoupled`` (decoupled PPO) or ``none``."""
+class AlgoConfig(GRPOLossKeys):
+    """GRPO (see docs/grpo.md): the loss keys, inherited from ``algo/grpo.GRPOLossKeys``
+    (declared there once, so they cannot drift from the loss's), plus how advantages are
+    normalised. ``off_policy`` corrects for stale samples: ``tis`` (truncated importance
+    weight), ``decoupled`` (decoupled PPO) or ``none``."""
 
     scale_advantages: bool = True
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    off_policy: str = "tis"
-    tis_cap: Optional[float] = 2.0
-    loss_agg: str = "token_mean"
-    proximal_from_current: bool = False
 
 
 @dataclass
@@ -191,6 +230,7 @@ class ExperimentConfig:
 @dataclass
 class RootConfig:
     layout: LayoutConfig = field(default_factory=LayoutConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

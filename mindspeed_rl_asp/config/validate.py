@@ -168,9 +168,8 @@ def algo_problems(algo) -> list[str]:
 
     from ..algo.grpo import GRPOLossConfig
 
-    values = {k: v for k, v in asdict(algo).items() if k != "scale_advantages"}
     try:
-        GRPOLossConfig(**values)
+        GRPOLossConfig.from_mapping(asdict(algo))
     except ValueError as error:
         return [f"algo: {error}"]
     return []

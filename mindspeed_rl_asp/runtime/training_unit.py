@@ -48,9 +48,8 @@ class TrainingWorker:
         self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
                                            rl, temperature)
         self.tokenizer = self.engine.tokenizer
-        algo = dict(algo_cfg)
-        self.scale_advantages = algo.pop("scale_advantages", True)
-        self.loss_cfg = GRPOLossConfig(**algo)
+        self.scale_advantages = algo_cfg.get("scale_advantages", True)
+        self.loss_cfg = GRPOLossConfig.from_mapping(algo_cfg)
         self.loss_fn = make_loss_fn(self.loss_cfg)
         # The KL term needs log-probs of the starting policy: a frozen copy, loaded only then.
         self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), model_path, temperature)
