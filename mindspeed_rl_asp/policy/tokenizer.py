@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 
 from ..engines.hf import load_tokenizer  # noqa: F401  (its home is the engine; kept importable here)
-from ..tasks.maze import TOKEN_PATTERN, maze_vocabulary
+from ..tasks.maze import TOKEN_PATTERN, check_unique_tokens, maze_vocabulary
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -27,7 +27,8 @@ def vocabulary(max_maze_size: int = VOCAB_MAX_MAZE_SIZE) -> list[str]:
     tags = maze_vocabulary(max_maze_size)
     chars = [c for c in ALPHABET if c not in tags]
     vocab = list(SPECIAL_TOKENS) + tags + chars
-    assert len(vocab) == len(set(vocab)), "vocabulary has duplicates"
+    # A special token that is also a maze tag would get two ids.
+    check_unique_tokens(vocab, f"the tokenizer vocabulary (special tokens + maze tags up to size {max_maze_size})")
     return vocab
 
 

@@ -15,6 +15,22 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 
+class WeightVersionError(RuntimeError):
+    """An actor's engine holds another weight version than the one it was told to load."""
+
+
+def check_loaded_version(actor: int, expected: int, loaded: int) -> None:
+    """Raise :class:`WeightVersionError` unless the engine now holds ``expected``.
+
+    A checked error, not an ``assert`` (``python -O`` strips those): samples are tagged
+    with the engine's version, so a mismatch would mislabel their policy age."""
+    if loaded != expected:
+        raise WeightVersionError(
+            f"generation actor {actor} was told to load weight version {expected}, but its engine "
+            f"now holds version {loaded}: the snapshot handed to it carries another version "
+            "(check what the weight store maps that version to) or the engine ignored it")
+
+
 @dataclass
 class SampleGroup:
     """All samples of one prompt, produced by one actor with one weight version.
@@ -95,7 +111,7 @@ class GenerationWorker:
     def load_weights(self, version: int, snapshot) -> LoadReport:
         start = time.time()
         self.engine.load_weights(snapshot)
-        assert self.engine.weight_version == version, (self.engine.weight_version, version)
+        check_loaded_version(self.actor_index, version, self.engine.weight_version)
         return LoadReport(self.actor_index, version, start, time.time())
 
     def inject_failure(self) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -69,6 +70,8 @@ __all__ = [
     "MARKERS",
     "END_OF_TEXT_TOKENS",
     "MazeFormatError",
+    "VocabularyError",
+    "check_unique_tokens",
     "Maze",
     "MazeTaskSpec",
     "MazePrompt",
@@ -200,8 +203,23 @@ def maze_vocabulary(max_size: int) -> list[str]:
     vocab.append(BACK_TOKEN)
     vocab += [move_token(d) for d in DIRECTIONS]
     vocab += [THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
-    assert len(vocab) == len(set(vocab))
+    check_unique_tokens(vocab, f"maze_vocabulary({max_size})")
     return vocab
+
+
+class VocabularyError(ValueError):
+    """A vocabulary lists a token twice, so the token would get two ids."""
+
+
+def check_unique_tokens(tokens: Sequence[str], what: str) -> None:
+    """Raise :class:`VocabularyError` naming every token ``tokens`` lists more than once.
+
+    A checked error, not an ``assert``: a tokenizer built from a vocabulary with
+    duplicates maps one token to two ids, and ``python -O`` would strip the assert."""
+    repeated = sorted(token for token, count in Counter(tokens).items() if count > 1)
+    if repeated:
+        raise VocabularyError(f"{what} lists {', '.join(map(repr, repeated))} more than once; each token "
+                              "needs exactly one id: rename the colliding token constant")
 
 
 # --------------------------------------------------------------------------
