@@ -1,0 +1,1 @@
+"""Discrete-event cluster simulator: the real control core and planners on a virtual clock."""
