@@ -1,11 +1,25 @@
 """asp-train's checks before any actor starts (the full runs are in test_runtime_e2e.py)."""
+import pytest
+
 from mindspeed_rl_asp.cli.train import main
+from mindspeed_rl_asp.config.load import list_group_options
 
 
 def test_dry_run_prints_placement_and_plan(capsys):
     assert main(["--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "generation actor 1: node 2" in out and "plan: asp" in out
+
+
+@pytest.mark.parametrize("experiment", list_group_options("experiment"))
+def test_every_shipped_experiment_dry_runs(experiment, capsys):
+    # The dry run composes, validates, places, plans and builds the control core, and
+    # starts no actor, engine or checkpoint: so the paper presets (engine=mindspeed, whose
+    # stack and weights this machine lacks) are checked here as they ship.
+    code = main([f"experiment={experiment}", "--dry-run"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "plan: " in captured.out and captured.err == ""
 
 
 def test_a_plan_the_control_rules_cannot_run_is_refused(capsys):
