@@ -60,14 +60,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mindspeed_rl_asp.control.core import (  # noqa: E402
-    ControlConfig,
-    ControlCore,
-    Finish,
-    Generate,
-    LoadWeights,
-    TrainStep,
-)
+from mindspeed_rl_asp.control.clusters import OrderedCluster, random_chooser  # noqa: E402
+from mindspeed_rl_asp.control.core import ControlConfig, ControlCore  # noqa: E402
+from mindspeed_rl_asp.control.loop import Loop, Observer, drive  # noqa: E402
 from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,17 +96,23 @@ def log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------- 1. control core
-CONTROL_CALLS = ["poll", "on_generated", "on_minibatch_failed", "on_weights_loaded", "on_train_step_done",
-                 "on_published", "snapshot"]
-EVENTS = CONTROL_CALLS[1:-1]
+EVENTS = ["on_generated", "on_minibatch_failed", "on_weights_loaded", "on_train_step_done", "on_published"]
+CONTROL_CALLS = ["poll", "in_flight", *EVENTS, "snapshot"]
+
+
+class _QueueSampler(Observer):
+    """Like the runtime's recorder: a queue sample (``snapshot``) after every event."""
+
+    def observed(self, event, core, t) -> None:
+        core.snapshot()
 
 
 def simulate_control(num_prompts: int, seed: int, num_actors: int = 4, global_batch_size: int = 32,
                      n_samples: int = 8, max_staleness: int = 2, queue_capacity: int = 512,
                      failure_rate: float = 0.02) -> dict:
-    """Drive ``ControlCore`` through one whole run, completing in-flight work in random
-    order (a generation fails with probability ``failure_rate``); returns per-call
-    latencies (ns) and counts."""
+    """Run ``ControlCore`` through one whole run with the one loop (``control.loop.drive``)
+    on a pure cluster that ends in-flight work in random order (a generation fails with
+    probability ``failure_rate``); returns per-call latencies (ns) and counts."""
     rng = np.random.default_rng(seed)
     items = [(f"p{i}", float(x)) for i, x in enumerate(rng.lognormal(6.0, 1.0, num_prompts))]
     plan = make_plan(items, SchedulerParams("asp", base_batch_size=8, slack=2, group_size=num_actors), n_samples)
@@ -119,44 +120,41 @@ def simulate_control(num_prompts: int, seed: int, num_actors: int = 4, global_ba
                                      n_samples_per_prompt=n_samples, max_staleness=max_staleness,
                                      queue_capacity=queue_capacity), plan)
     lat: dict[str, list[int]] = defaultdict(list)
-    inflight: list[tuple[str, tuple]] = []
     clock = time.perf_counter_ns
-    actions_issued = 0
-    while True:
-        t0 = clock()
-        actions = core.poll()
-        lat["poll"].append(clock() - t0)
-        actions_issued += len(actions)
-        done = False
-        for action in actions:
-            if isinstance(action, Generate):
-                inflight.append(("on_generated", (action.actor, action.minibatch_id)))
-            elif isinstance(action, LoadWeights):
-                inflight.append(("on_weights_loaded", (action.actor, action.version)))
-            elif isinstance(action, TrainStep):
-                inflight.append(("on_train_step_done", (action.step,)))
-            elif isinstance(action, Finish):
-                done = True
-        if done:
-            break
-        if not inflight:
-            raise RuntimeError(f"simulated run stuck: {core.snapshot()}")
-        k = int(rng.integers(len(inflight)))
-        inflight[k], inflight[-1] = inflight[-1], inflight[k]
-        name, args = inflight.pop()
-        if name == "on_generated" and rng.random() < failure_rate:
-            name = "on_minibatch_failed"
-        method = getattr(core, name)
-        t0 = clock()
-        method(*args)
-        lat[name].append(clock() - t0)
-        if name == "on_train_step_done":  # the shell publishes step + 1 after each step
-            inflight.append(("on_published", (args[0] + 1,)))
-        t0 = clock()
-        core.snapshot()  # the Control Unit records a queue sample after every event
-        lat["snapshot"].append(clock() - t0)
-    return {"lat": lat, "steps": core.total_steps, "actions": actions_issued,
+    for name in CONTROL_CALLS:  # time the core's calls on this instance only
+        def timed(*args, _fn=getattr(core, name), _name=name):
+            t0 = clock()
+            try:
+                return _fn(*args)
+            finally:
+                lat[_name].append(clock() - t0)
+        setattr(core, name, timed)
+    cluster = OrderedCluster(random_chooser(seed, fail_rate=failure_rate, max_failures=num_prompts))
+    actions = _Counter()
+    drive(core, cluster, _Both(_QueueSampler(), actions))
+    return {"lat": lat, "steps": core.total_steps, "actions": actions.count,
             "minibatches": sum(len(g) for g in plan.groups)}
+
+
+class _Counter(Observer):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def submitted(self, action, t) -> None:
+        self.count += 1
+
+
+class _Both(Observer):
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def submitted(self, action, t) -> None:
+        for o in self.observers:
+            o.submitted(action, t)
+
+    def observed(self, event, core, t) -> None:
+        for o in self.observers:
+            o.observed(event, core, t)
 
 
 def bench_control(num_prompts: int, repeats: int) -> dict:
@@ -200,7 +198,7 @@ class CallTimer:
     """Wrap methods on classes with wall-clock accumulators (this process only).
 
     ``top`` counts only outermost calls among the wrapped methods: the driver's busy time
-    without double counting (``_complete`` calls ``core.on_*`` and ``snapshot``)."""
+    without double counting (``Loop._deliver`` calls ``core.on_*`` and the recorder)."""
 
     def __init__(self) -> None:
         self.total: dict[str, float] = defaultdict(float)
@@ -244,8 +242,8 @@ def real_run(overrides: list[str], repeats: int) -> dict:
     """``run_training`` on the local layout, ``repeats`` times (seeds 0, 1, ...), with the
     Control Unit instrumented; step metrics pooled over the runs."""
     from mindspeed_rl_asp.config.load import load_config, make_run_dir
-    from mindspeed_rl_asp.runtime.control_unit import ControlUnit
     from mindspeed_rl_asp.runtime.driver import run_training
+    from mindspeed_rl_asp.runtime.ray_cluster import RayCluster
     from mindspeed_rl_asp.runtime.recorder import RunRecorder
 
     metrics: list[dict] = []
@@ -256,8 +254,11 @@ def real_run(overrides: list[str], repeats: int) -> dict:
     for r in range(repeats):
         timer = CallTimer()
         timer.wrap(ControlCore, ["poll", "on_generated", "on_minibatch_failed", "on_weights_loaded",
-                                 "on_train_step_done", "on_published", "snapshot"], "core")
-        timer.wrap(ControlUnit, ["_start", "_complete"], "unit")
+                                 "on_train_step_done", "on_published", "snapshot", "in_flight"], "core")
+        # The shell's busy time: submitting actions, turning a ready result into an event
+        # (after ray.wait, which is waiting, not overhead), and the loop applying it.
+        timer.wrap(RayCluster, ["submit", "_to_event"], "cluster")
+        timer.wrap(Loop, ["_deliver"], "loop")
         timer.wrap(RunRecorder, ["queue_sample", "generated", "loaded", "stepped"], "recorder")
         try:
             with tempfile.TemporaryDirectory(prefix="bench-overheads-") as tmp:

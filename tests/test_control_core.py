@@ -6,8 +6,10 @@ from types import SimpleNamespace
 import pytest
 
 from mindspeed_rl_asp.config.schema import ModeConfig, RootConfig
+from mindspeed_rl_asp.control.clusters import OrderedCluster
 from mindspeed_rl_asp.control.core import (ControlConfig, ControlCore, Finish, Generate, LoadWeights,
-                                           ProtocolError, TrainStep, minibatches_from_plan)
+                                           ProtocolError, Publish, TrainStep, minibatches_from_plan)
+from mindspeed_rl_asp.control.loop import Observer, drive
 
 
 def single_prompt_plan(count: int) -> list[tuple[str, tuple[str, ...]]]:
@@ -29,6 +31,12 @@ def config(**kw) -> ControlConfig:
     return ControlConfig(**base)
 
 
+def publish(core, version) -> None:
+    """The poll after a step issues exactly the publish of its version; report it done."""
+    assert core.poll() == [Publish(version)]
+    core.on_published(version)
+
+
 def gen(actor, mb, version, core) -> Generate:
     return Generate(actor, mb, core.dispatcher.minibatches[core.dispatcher.index_of[mb]].prompt_ids, version)
 
@@ -43,8 +51,8 @@ def test_slow_minibatch_overtaken_makes_the_trainer_wait():
     assert core.poll() == [TrainStep(0, ("p1", "p2"), (0, 0))]
     core.on_generated(1, "m3")
     core.on_train_step_done(0)
-    assert core.poll() == []                               # version 1 not yet published
-    assert core.snapshot().trainer_wait == "publish"
+    assert core.poll() == [Publish(1)]                     # step 1 waits for version 1
+    assert core.poll() == [] and core.snapshot().trainer_wait == "publish"
     core.on_published(1)
     assert core.poll() == [LoadWeights(1, 1), LoadWeights(2, 1)]
     core.on_weights_loaded(1, 1)
@@ -71,7 +79,7 @@ def test_waiting_only_for_prompts_due_now_is_not_enough():
     core.on_generated(0, "m0")
     assert core.poll() == [TrainStep(0, ("p0",), (0,))]
     core.on_train_step_done(0)
-    core.on_published(1)
+    publish(core, 1)
     assert core.poll() == [LoadWeights(0, 1)]
     core.on_weights_loaded(0, 1)
     assert core.poll() == [gen(0, "m3", 1, core)]
@@ -81,7 +89,7 @@ def test_waiting_only_for_prompts_due_now_is_not_enough():
     core.on_generated(2, "m2")
     assert core.poll()[0] == TrainStep(1, ("p2",), (0,))
     core.on_train_step_done(1)
-    core.on_published(2)
+    publish(core, 2)
     core.poll()
     assert core.snapshot().trainer_wait == "deadline"     # p1 is due now
     core.on_generated(1, "m1")
@@ -90,29 +98,35 @@ def test_waiting_only_for_prompts_due_now_is_not_enough():
 
 
 # ---------------------------------------------------------------------- synchronous / hybrid
+def first_of_kinds(pending):
+    """End loads first, then generation, then training, then the publish (oldest first)."""
+    order = (LoadWeights, Generate, TrainStep, Publish)
+    return min(range(len(pending)), key=lambda i: (order.index(type(pending[i])), i)), False
+
+
+class Trace(Observer):
+    """The action batches the loop submitted, one list per poll that issued something."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[object]] = []
+        self._events = -1
+
+    def submitted(self, action, t) -> None:
+        if self._events != t:
+            self.batches.append([])
+            self._events = t
+        self.batches[-1].append(action)
+
+    def finished(self, outcome, core, t) -> None:
+        self.batches.append([outcome.finish])
+
+
 def drive_synchronously(core: ControlCore) -> list[list[object]]:
-    """Deliver events in a fixed order (loads, generation, training, publish); returns
-    the action batches of every poll that returned something."""
-    trace = []
-    while not core.finished:
-        actions = core.poll()
-        if actions:
-            trace.append(actions)
-            continue
-        running = core.dispatcher.running()
-        loading = [a for a in core.dispatcher.actors if a.loading is not None]
-        if loading:
-            core.on_weights_loaded(loading[0].actor, loading[0].loading)
-        elif running:
-            actor, index = running[0]
-            core.on_generated(actor, core.dispatcher.minibatches[index].minibatch_id)
-        elif core.training is not None:
-            core.on_train_step_done(core.training)
-        elif core.published_version < core.trainer_version:
-            core.on_published(core.trainer_version)
-        else:
-            raise AssertionError(f"stuck: {core.snapshot()}")
-    return trace
+    """Run the loop with events in a fixed order (loads, generation, training, publish);
+    returns the action batches of every poll that returned something."""
+    trace = Trace()
+    drive(core, OrderedCluster(first_of_kinds), trace)
+    return trace.batches
 
 
 @pytest.mark.parametrize("colocated", [False, True])
@@ -123,9 +137,9 @@ def test_max_staleness_zero_is_the_synchronous_pattern(colocated):
     trace = drive_synchronously(core)
     kinds = [[type(a).__name__ for a in batch] for batch in trace]
     assert kinds == [
-        ["Generate", "Generate"], ["TrainStep"], ["LoadWeights", "LoadWeights"],
-        ["Generate"], ["Generate"], ["TrainStep"], ["LoadWeights", "LoadWeights"],
-        ["Generate"], ["Generate"], ["TrainStep"], ["Finish"]]
+        ["Generate", "Generate"], ["TrainStep"], ["Publish"], ["LoadWeights", "LoadWeights"],
+        ["Generate"], ["Generate"], ["TrainStep"], ["Publish"], ["LoadWeights", "LoadWeights"],
+        ["Generate"], ["Generate"], ["TrainStep"], ["Publish"], ["Finish"]]
     steps = [a for batch in trace for a in batch if isinstance(a, TrainStep)]
     assert [set(s.versions) for s in steps] == [{0}, {1}, {2}]
     gens = [a for batch in trace for a in batch if isinstance(a, Generate)]
@@ -149,11 +163,11 @@ def test_colocated_never_overlaps_and_drains_generation_for_a_ready_step():
     assert colo.poll() == [TrainStep(0, ("p0",), (0,))]
     assert colo.snapshot().training_step == 0
     colo.on_train_step_done(0)
-    colo.on_published(1)
+    publish(colo, 1)
     # The queue still holds p1 for step 1, so the trainer goes first again.
     assert colo.poll() == [TrainStep(1, ("p1",), (0,))]
     colo.on_train_step_done(1)
-    colo.on_published(2)
+    publish(colo, 2)
     assert colo.poll() == [LoadWeights(0, 2), LoadWeights(1, 2)]
 
 
@@ -183,13 +197,13 @@ def test_watermarks_throttle_above_high_and_resume_below_low():
     assert snap.throttled and snap.queued_samples == 4 and snap.in_flight_samples == 0
     assert core.queue.fits(1) and core.staleness.admits(1, 0)   # only the throttle holds it
     core.on_train_step_done(0)
-    core.on_published(1)
+    publish(core, 1)
     assert core.poll() == [TrainStep(1, ("p1",), (0,)), LoadWeights(0, 1)]
     core.on_weights_loaded(0, 1)
     assert core.poll() == []                 # 3 queued: between the watermarks, still throttled
     assert core.snapshot().throttled
     core.on_train_step_done(1)
-    core.on_published(2)
+    publish(core, 2)
     acts = core.poll()                       # step 2 leaves 2 = 0.25 x 8 queued: released
     assert acts == [TrainStep(2, ("p2",), (0,)), LoadWeights(0, 2)]
     assert not core.snapshot().throttled
@@ -283,6 +297,7 @@ def test_finish_reports_unused_prompts_by_reason():
     core.on_generated(0, "m0")
     assert core.poll() == [TrainStep(0, ("p3", "p4", "p5", "p0"), (0,) * 4)]
     core.on_train_step_done(0)
+    publish(core, 1)                          # Finish only once the last version is published
     assert core.poll() == [Finish(1, not_dispatched=("p6", "p7", "p8"), queued=("p1", "p2"))]
     assert core.poll() == [] and core.snapshot().finished
 
@@ -293,7 +308,9 @@ def test_last_step_does_not_wait_for_work_no_step_needs():
     core.on_generated(1, "m1")
     assert core.poll() == [TrainStep(0, ("p1", "p2"), (0, 0))]
     core.on_train_step_done(0)
+    publish(core, 1)
     assert core.poll() == [Finish(1, running=("p0",))]
+    assert core.in_flight() == [gen(0, "m0", 0, core)]   # the loop cancels or drains it
     core.on_generated(0, "m0")                # late completion after Finish: bookkeeping only
     assert core.poll() == []
 

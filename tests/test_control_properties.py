@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from mindspeed_rl_asp.control import core as core_mod
+from mindspeed_rl_asp.control.clusters import OrderedCluster, random_chooser
 from mindspeed_rl_asp.control.core import (ControlConfig, ControlCore, Finish, Generate, LoadWeights,
-                                           ProtocolError, TrainStep)
+                                           ProtocolError, Publish, TrainStep)
+from mindspeed_rl_asp.control.loop import ControlDeadlock, Done, Loop, Observer
 from mindspeed_rl_asp.control.staleness import first_window_gap
 
 WATERMARKS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -56,62 +58,80 @@ def setups(draw, colocated=st.booleans()):
     capacity = max(capacity, batch * n, kmax * n)
     total = draw(st.sampled_from([None, steps]))
     resolved = sum(sizes) // batch if total is None else total
-    if first_window_gap(sizes, batch, staleness, capacity // n, resolved) is not None:
+    refresh = draw(st.sampled_from(["rolling", "global"]))
+    interval = draw(st.integers(1, staleness + 1))
+    if first_window_gap(sizes, batch, staleness, capacity // n, resolved, interval) is not None:
         capacity = (batch + kmax - 1) * n  # always enough for these sizes (docs/control.md)
+    if first_window_gap(sizes, batch, staleness, capacity // n, resolved, interval) is not None:
+        interval = 1  # sizes_for keeps interval 1 live; a longer one may need more staleness
     low = draw(st.sampled_from(WATERMARKS))
     high = draw(st.sampled_from([w for w in WATERMARKS if w >= low]))
     cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=n,
                         max_staleness=staleness, queue_capacity=capacity, high_watermark=high,
-                        low_watermark=low, total_steps=total, colocated=draw(colocated))
+                        low_watermark=low, total_steps=total, colocated=draw(colocated),
+                        refresh=refresh, refresh_interval=interval,
+                        at_finish=draw(st.sampled_from(["cancel", "drain"])))
     ids = iter(f"p{i}" for i in range(sum(sizes)))
     mbs = [(f"m{k}", tuple(next(ids) for _ in range(size))) for k, size in enumerate(sizes)]
     return cfg, mbs
 
 
-class Shell:
-    """The test's model of the outside world, checking every action the core issues."""
+class Shell(Observer):
+    """The test's model of the outside world, driven through the one loop
+    (``control.loop.Loop``) on an ``OrderedCluster`` whose chooser picks which pending
+    action ends next. It checks every action the core issues (``check_action``) and
+    every invariant after every event (``observed``)."""
 
-    def __init__(self, cfg: ControlConfig, mbs) -> None:
+    def __init__(self, cfg: ControlConfig, mbs, chooser=None) -> None:
         self.cfg = cfg
         self.core = ControlCore(cfg, mbs)
         self.all_ids = frozenset(p for _, ids in mbs for p in ids)
+        self.chooser = chooser or random_chooser(0)
+        self.cluster = OrderedCluster(self._choose, self.check_action)
+        self.loop = Loop(self.core, self.cluster, self)
         self.generating: dict[int, Generate] = {}
         self.loading: dict[int, int] = {}
         self.versions = [0] * cfg.num_actors
         self.behaviour: dict[str, int] = {}
         self.training: TrainStep | None = None
+        self.publishing: int | None = None
+        self.published = 0
         self.consumed: list[str] = []
         self.finish: Finish | None = None
+        self.outcome = None
         self.steps: list[TrainStep] = []
-        self.log: list[object] = []
 
-    def pump(self) -> None:
-        actions = self.core.poll()
-        for a in actions:
-            self.apply(a)
+    def _choose(self, pending):
+        # Called right after the loop submitted everything of this iteration.
         assert self.core.poll() == [], "poll must be idempotent until an event arrives"
-        self.check()
+        return self.chooser(pending)
 
-    def apply(self, a) -> None:
-        self.log.append(a)
+    def advance(self) -> bool:
+        return self.loop.advance()
+
+    def check_action(self, a) -> None:
         cfg = self.cfg
         assert self.finish is None, f"{a} after Finish"
+        target = self.published - self.published % cfg.refresh_interval
         if isinstance(a, Generate):
             assert a.actor not in self.generating and a.actor not in self.loading, a
-            assert a.version == self.versions[a.actor] == self.core.published_version, a
-            assert not (cfg.colocated and self.training), f"{a} while training (colocated)"
+            assert a.version == self.versions[a.actor] == target, a
+            assert not (cfg.colocated and (self.training or self.publishing)), f"{a} while training (colocated)"
+            if cfg.refresh == "global":
+                assert all(v == target for v in self.versions) and not self.loading, \
+                    f"{a} during a global refresh: versions {self.versions}, loading {self.loading}"
             for p in a.prompt_ids:
                 self.behaviour[p] = a.version
             self.generating[a.actor] = a
         elif isinstance(a, LoadWeights):
             assert a.actor not in self.generating and a.actor not in self.loading, a
-            assert a.version > self.versions[a.actor], a
-            assert not (cfg.colocated and self.training), f"{a} while training (colocated)"
+            assert a.version > self.versions[a.actor] and a.version == target, a
+            assert not (cfg.colocated and (self.training or self.publishing)), f"{a} while training (colocated)"
             self.loading[a.actor] = a.version
         elif isinstance(a, TrainStep):
             assert self.training is None, a
             assert not (cfg.colocated and (self.generating or self.loading)), f"{a} overlaps generation"
-            assert a.step == len(self.steps) == self.core.published_version, a
+            assert a.step == len(self.steps) == self.published, a
             assert len(a.prompt_ids) == cfg.global_batch_size == len(set(a.prompt_ids))
             for p, v in zip(a.prompt_ids, a.versions):
                 assert self.behaviour[p] == v, (p, v)
@@ -120,60 +140,46 @@ class Shell:
             self.consumed.extend(a.prompt_ids)
             self.training = a
             self.steps.append(a)
-        elif isinstance(a, Finish):
-            assert self.training is None and a.steps == len(self.steps) == self.core.total_steps
-            self.finish = a
+        elif isinstance(a, Publish):
+            assert self.training is None and self.publishing is None, a
+            assert a.version == len(self.steps) == self.published + 1, a
+            self.publishing = a.version
         else:  # pragma: no cover
             raise AssertionError(a)
 
     # ---------------------------------------------------------------- events
-    def complete(self, actor: int) -> None:
-        g = self.generating.pop(actor)
-        self.core.on_generated(actor, g.minibatch_id)
-        self.pump()
+    def observed(self, event, core, t) -> None:
+        a, ok = event.action, isinstance(event, Done)
+        if isinstance(a, Generate):
+            g = self.generating.pop(a.actor)
+            assert g == a
+            if not ok:
+                for p in g.prompt_ids:
+                    del self.behaviour[p]
+        elif isinstance(a, LoadWeights):
+            v = self.loading.pop(a.actor)
+            assert v > self.versions[a.actor]
+            if ok:
+                self.versions[a.actor] = v
+        elif isinstance(a, TrainStep):
+            self.training = None
+        elif isinstance(a, Publish):
+            self.publishing, self.published = None, a.version
+        if self.finish is None:
+            self.check()
 
-    def fail(self, actor: int) -> None:
-        g = self.generating.pop(actor)
-        self.core.on_minibatch_failed(actor, g.minibatch_id)
-        for p in g.prompt_ids:
-            del self.behaviour[p]
-        self.pump()
-
-    def loaded(self, actor: int) -> None:
-        v = self.loading.pop(actor)
-        assert v > self.versions[actor]
-        self.versions[actor] = v
-        self.core.on_weights_loaded(actor, v)
-        self.pump()
-
-    def train_done(self) -> None:
-        step, self.training = self.training.step, None
-        self.core.on_train_step_done(step)
-        self.pump()
-
-    def publish(self) -> None:
-        self.core.on_published(self.core.trainer_version)
-        self.pump()
-
-    def possible_events(self, allow_failures: bool = False) -> list[tuple[str, int | None]]:
-        events = [("complete", a) for a in sorted(self.generating)]
-        if allow_failures:
-            events += [("fail", a) for a in sorted(self.generating)]
-        events += [("loaded", a) for a in sorted(self.loading)]
-        if self.training:
-            events.append(("train_done", None))
-        if self.core.published_version < self.core.trainer_version:
-            events.append(("publish", None))
-        return events
-
-    def deliver(self, kind: str, arg: int | None) -> None:
-        getattr(self, kind)(*(() if arg is None else (arg,)))
+    def finished(self, outcome, core, t) -> None:
+        assert outcome.finish is not None and not outcome.interrupted
+        f = outcome.finish
+        assert self.training is None and self.publishing is None
+        assert f.steps == len(self.steps) == self.core.total_steps == self.published
+        self.finish, self.outcome = f, outcome
 
     # ---------------------------------------------------------------- checks
     def quiescent(self) -> bool:
         """Nothing is running and every trained version is published."""
         return (not self.generating and not self.loading and self.training is None
-                and self.core.published_version == self.core.trainer_version)
+                and self.publishing is None and self.published == self.core.trainer_version)
 
     def check(self) -> None:
         core, cfg = self.core, self.cfg
@@ -183,31 +189,26 @@ class Shell:
         assert frozenset().union(*parts) == self.all_ids
         assert led.running == {p for g in self.generating.values() for p in g.prompt_ids}
         assert sorted(led.consumed) == sorted(self.consumed)
+        assert sorted(map(repr, core.in_flight())) == sorted(map(repr, self.cluster.pending))
         snap = core.snapshot()
         assert snap.queued_samples + snap.in_flight_samples <= cfg.queue_capacity
         assert snap.queued_samples == len(led.queued) * cfg.n_samples_per_prompt
         assert all(age <= cfg.max_staleness for age in snap.age_histogram)
         assert sum(snap.age_histogram.values()) == len(self.consumed)
-        assert snap.admitted_prompts <= (cfg.max_staleness + core.published_version + 1) \
-            * cfg.global_batch_size
-        # Deadlock freedom: a quiescent, unfinished core must have had something to do.
-        assert not (self.quiescent() and self.finish is None), f"deadlock: {snap}"
+        target = core.published_version - core.published_version % cfg.refresh_interval
+        assert snap.admitted_prompts <= (cfg.max_staleness + target + 1) * cfg.global_batch_size
+        # Deadlock freedom is the loop's own check: a poll that issues nothing while
+        # nothing is in flight raises ControlDeadlock, which fails the test.
 
-    def drain(self, rng: random.Random, starve: float = 0.0) -> None:
-        """Deliver every pending event (no failures) until Finish; must terminate. With
+    def drain(self, seed: int, starve: float = 0.0) -> None:
+        """End every pending action (no failures) until Finish; must terminate. With
         probability ``starve`` the running minibatches of the oldest version are held back
-        while anything else can happen, so slow minibatches get overtaken."""
-        budget = 4 * (len(self.all_ids) + self.core.total_steps + self.cfg.num_actors) + 20
-        while self.finish is None:
+        while anything else can end, so slow minibatches get overtaken."""
+        self.chooser = random_chooser(seed, starve=starve)
+        budget = 5 * (len(self.all_ids) + self.core.total_steps + self.cfg.num_actors) + 20
+        while self.advance():
             budget -= 1
             assert budget > 0, f"no progress: {self.core.snapshot()}"
-            choices = self.possible_events()
-            assert choices, f"deadlock: {self.core.snapshot()}"
-            if self.generating and rng.random() < starve:
-                oldest = min(g.version for g in self.generating.values())
-                held = [("complete", a) for a, g in self.generating.items() if g.version == oldest]
-                choices = [c for c in choices if c not in held] or choices
-            self.deliver(*rng.choice(choices))
         self.check_finish()
 
     def check_finish(self) -> None:
@@ -219,25 +220,46 @@ class Shell:
         # Overshoot: less than one minibatch generated beyond the last step's needs.
         largest = max(mb.size for mb in self.core.dispatcher.minibatches)
         assert len(f.queued) + len(f.running) < largest or not (f.queued or f.running)
+        # Work still running at Finish was settled as configured, and nothing is left.
+        assert self.outcome.at_finish == cfg.at_finish
+        assert set(f.running) == {p for a in self.outcome.leftover if isinstance(a, Generate)
+                                  for p in a.prompt_ids}
+        if cfg.at_finish == "cancel":
+            assert self.cluster.cancelled == list(self.outcome.leftover)
+        else:
+            assert not self.cluster.cancelled and not self.generating and not self.loading
+        assert not self.cluster.pending and self.core.in_flight() == []
+
+
+def hypothesis_chooser(data, allow_failures):
+    """Let hypothesis pick which pending action ends next and whether a generation fails."""
+    def choose(pending):
+        index = data.draw(st.integers(0, len(pending) - 1), label="ends")
+        fail = allow_failures() and isinstance(pending[index], Generate) \
+            and data.draw(st.booleans(), label="fails")
+        return index, fail
+    return choose
 
 
 class ControlMachine(RuleBasedStateMachine):
     @initialize(setup=setups(), seed=st.integers(0, 2**16))
     def setup(self, setup, seed) -> None:
         self.shell = Shell(*setup)
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.failures = 0
-        self.shell.pump()
+        self.data = None
+
+        def choose(pending):
+            index, fail = hypothesis_chooser(self.data, lambda: self.failures < 6)(pending)
+            self.failures += fail
+            return index, fail
+        self.shell.chooser = choose
 
     @rule(data=st.data())
     def event(self, data) -> None:
-        """Any event the outside world could deliver now, in any order."""
-        choices = self.shell.possible_events(allow_failures=self.failures < 6)
-        if not choices:
-            return
-        kind, arg = data.draw(st.sampled_from(choices))
-        self.failures += kind == "fail"
-        self.shell.deliver(kind, arg)
+        """One iteration of the loop: any pending action ends next, in any order."""
+        self.data = data
+        self.shell.advance()
 
     @rule(actor=st.integers(0, 4), mb=st.integers(0, 30))
     def bogus_completion(self, actor, mb) -> None:
@@ -254,12 +276,12 @@ class ControlMachine(RuleBasedStateMachine):
 
     @invariant()
     def invariants(self) -> None:
-        if hasattr(self, "shell"):
+        if hasattr(self, "shell") and self.shell.finish is None:
             self.shell.check()
 
     def teardown(self) -> None:
         if hasattr(self, "shell"):
-            self.shell.drain(self.rng)
+            self.shell.drain(self.seed)
 
 
 ControlMachine.TestCase.settings = settings(
@@ -273,13 +295,14 @@ TestControlMachine = ControlMachine.TestCase
 def test_random_runs_finish_within_bounds(setup, seed, starve):
     """Whole runs under random event order (a few failures; slow minibatches overtaken)
     end with every invariant."""
-    shell = Shell(*setup)
-    rng = random.Random(seed)
-    shell.pump()
-    for _ in range(rng.randrange(0, 3)):
-        if shell.generating:
-            shell.fail(rng.choice(sorted(shell.generating)))
-    shell.drain(rng, starve)
+    shell = Shell(*setup, chooser=random_chooser(seed, fail_rate=0.3, max_failures=3))
+    for _ in range(random.Random(seed).randrange(0, 8)):
+        if not shell.advance():
+            break
+    if shell.finish is None:
+        shell.drain(seed, starve)
+    else:
+        shell.check_finish()
 
 
 @settings(max_examples=300, deadline=None)
@@ -294,9 +317,7 @@ def test_overtaken_minibatches_never_exceed_the_bound(actors, batch, staleness, 
     cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=1,
                         max_staleness=staleness, queue_capacity=64, high_watermark=1.0,
                         low_watermark=0.0)
-    shell = Shell(cfg, mbs)
-    shell.pump()
-    shell.drain(random.Random(seed), starve)
+    Shell(cfg, mbs).drain(seed, starve)
 
 
 @st.composite
@@ -311,7 +332,9 @@ def raw_setups(draw):
     capacity = max(batch, max(sizes)) * n + draw(st.integers(0, 3 * n))
     cfg = ControlConfig(num_actors=draw(st.integers(1, 3)), global_batch_size=batch,
                         n_samples_per_prompt=n, max_staleness=staleness, queue_capacity=capacity,
-                        high_watermark=1.0, low_watermark=0.0, total_steps=steps)
+                        high_watermark=1.0, low_watermark=0.0, total_steps=steps,
+                        refresh=draw(st.sampled_from(["rolling", "global"])),
+                        refresh_interval=draw(st.integers(1, staleness + 1)))
     ids = iter(f"p{i}" for i in range(sum(sizes)))
     return cfg, [(f"m{k}", tuple(next(ids) for _ in range(s))) for k, s in enumerate(sizes)]
 
@@ -320,26 +343,22 @@ def raw_setups(draw):
 @given(setup=raw_setups(), seed=st.integers(0, 2**16))
 def test_window_check_is_exact(setup, seed):
     """The constructor's liveness check rejects exactly the plans that get stuck: with the
-    check switched off, a rejected plan reaches a quiescent state at the reported step with
-    nothing to do; an accepted one always finishes."""
+    check switched off, a rejected plan deadlocks (the loop raises) at the reported step;
+    an accepted one always finishes."""
     cfg, mbs = setup
     sizes = [len(ids) for _, ids in mbs]
     gap = first_window_gap(sizes, cfg.global_batch_size, cfg.max_staleness,
-                           cfg.queue_capacity // cfg.n_samples_per_prompt, cfg.total_steps)
+                           cfg.queue_capacity // cfg.n_samples_per_prompt, cfg.total_steps,
+                           cfg.refresh_interval)
     if gap is None:
-        shell = Shell(cfg, mbs)
-        shell.pump()
-        shell.drain(random.Random(seed))
+        Shell(cfg, mbs).drain(seed)
         return
     with pytest.raises(ValueError, match=f"step {gap.step} can never be filled"):
         ControlCore(cfg, mbs)
     with mock.patch.object(core_mod, "first_window_gap", lambda *a, **k: None):
-        shell = Shell(cfg, mbs)
-    shell.check = lambda: None  # the deadlock assertion is what we expect to trip
-    shell.pump()
-    rng = random.Random(seed)
-    while choices := shell.possible_events():
-        shell.deliver(*rng.choice(choices))
+        shell = Shell(cfg, mbs, chooser=random_chooser(seed))
+    with pytest.raises(ControlDeadlock):
+        while shell.advance():
+            pass
     assert shell.finish is None and shell.core.trainer_version == gap.step
     assert shell.core.snapshot().trainer_wait == "queue"
-

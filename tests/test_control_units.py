@@ -42,7 +42,7 @@ def test_deadline_check_counts_future_steps_up_to_the_horizon():
 def test_consume_refuses_an_age_above_the_bound():
     s = StalenessControl(max_staleness=1, global_batch_size=1, total_steps=5)
     s.dispatch(1, 0)
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError, match="ages must lie in 0..max_staleness=1"):
         s.consume(2, [0])
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mindspeed_rl_asp.config.load import load_config, make_run_dir
-from mindspeed_rl_asp.runtime.control_unit import TrainerFailed
+from mindspeed_rl_asp.control.loop import TrainerFailed
 from mindspeed_rl_asp.runtime.driver import run_training
 
 pytestmark = pytest.mark.slow

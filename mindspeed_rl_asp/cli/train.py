@@ -27,7 +27,7 @@ def train(cfg, dry_run: bool = False) -> int:
     console = Console()
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name)
     if dry_run:
-        from ..runtime.driver import make_control_core, plan_run
+        from ..runtime.planning import make_control_core, plan_run
         from ..tasks import make_task_prompts
 
         plan, epochs, minibatches = plan_run(cfg, make_task_prompts(cfg.task))

@@ -1,18 +1,19 @@
 """``ControlCore``: the one state machine of the Control Unit (events in, actions out).
 
 Pure and deterministic: no Ray, torch, clock, threads or I/O. The Ray runtime and the
-discrete-event simulator drive this same object. A shell loop::
+discrete-event simulator drive this same object through the one loop,
+:func:`mindspeed_rl_asp.control.loop.drive`::
 
-    core = ControlCore(config, minibatches)
-    while True:
-        for action in core.poll():          # decide and mark issued
-            start(action)                   # Generate / LoadWeights / TrainStep / Finish
-        event = wait_for_next_event()       # then report it:
-        # core.on_generated(actor, mb_id) | core.on_minibatch_failed(actor, mb_id)
-        # core.on_weights_loaded(actor, v) | core.on_train_step_done(step)
-        # core.on_published(v)   (the trainer publishes version step + 1 after each step)
+    for action in core.poll():              # decide and mark issued
+        cluster.submit(action)              # Generate / LoadWeights / TrainStep / Publish
+    event = cluster.next_event()            # then report it:
+    # core.on_generated(actor, mb_id) | core.on_minibatch_failed(actor, mb_id)
+    # core.on_weights_loaded(actor, v) | core.on_load_failed(actor, v)
+    # core.on_train_step_done(step) | core.on_published(v)
+    # ... until poll() returns Finish (after the last version is published).
 
-The shell keeps the samples (keyed by prompt id); the core tracks ids, counts, versions.
+The shell keeps the samples (keyed by prompt id); the core tracks ids, counts, versions,
+and every piece of work in flight (``in_flight()``), so the loop needs no state of its own.
 
 Rules (proofs in docs/control.md):
 
@@ -22,14 +23,20 @@ Rules (proofs in docs/control.md):
   be generated with. A throttle never starves the trainer: it is ignored while queued plus
   running prompts are fewer than one step needs. No dispatch once the prompts admitted
   cover every step (``total_steps * global_batch_size``).
-* Refresh: an idle actor behind the published version loads it before it generates
-  again (only while there is work to give); so every Generate carries the latest
-  published version. No global pause: the other actors keep going.
+* Refresh (``refresh="rolling"``, ASP): an idle actor behind the refresh target loads it
+  before it generates again (only while there is work to give); so every Generate
+  carries the target version. No global pause: the other actors keep going. The target
+  is the newest published version that is a multiple of ``refresh_interval`` (1: the
+  newest). ``refresh="global"`` (verl's fully-async trainer): when the target moves, no
+  actor starts new work until every actor holds it: running minibatches drain, then all
+  load, then all resume.
+* Publish: after step ``s`` is done the core issues ``Publish(s + 1)``; step ``s + 1``
+  waits for its ``on_published``. ``Finish`` comes only once the last version is published.
 * Trainer: step ``s`` starts once version ``s`` is published, ``global_batch_size`` prompt
   groups are queued, and the oldest of them pass the staleness deadline check; else it
   waits. Finished work is never discarded.
-* ``colocated`` (hybrid): no Generate or LoadWeights while a TrainStep runs, no TrainStep
-  while an actor generates or loads; once a step is ready no new generation starts, so the
+* ``colocated`` (hybrid): no Generate or LoadWeights while a TrainStep or a Publish (the
+  train -> generate switch) runs, no TrainStep while an actor generates or loads; once a step is ready no new generation starts, so the
   step gets the devices as soon as running generation drains.
 """
 from __future__ import annotations
@@ -43,9 +50,14 @@ from .dispatcher import (Dispatcher, PlannedMinibatch, ProtocolError, as_minibat
 from .queue import QueuedGroup, TrainingQueue
 from .staleness import StalenessControl, first_window_gap
 
-__all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Finish", "Action",
+__all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
+           "is_colocated", "REFRESH_POLICIES", "AT_FINISH",
            "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
            "minibatches_from_plan"]
+
+
+REFRESH_POLICIES = ("rolling", "global")
+AT_FINISH = ("cancel", "drain")
 
 
 def _check_int(problems: list[str], name: str, value: Any, minimum: int) -> None:
@@ -63,6 +75,10 @@ class ControlConfig:
     samples (prompts x ``n_samples_per_prompt``); watermarks are fractions of capacity.
     ``total_steps=None`` runs every full step the plan can fill (``prompts // batch``).
     ``colocated``: generation and training share devices and never overlap (hybrid).
+    ``refresh``: ``rolling`` (each actor refreshes between its own minibatches) or
+    ``global`` (all actors pause and refresh together), every ``refresh_interval`` versions.
+    ``at_finish``: what the loop does with work still running at ``Finish``: ``cancel``
+    it or ``drain`` it (wait for it; its samples are reported unused).
     Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
     """
 
@@ -75,6 +91,9 @@ class ControlConfig:
     low_watermark: float = 0.25
     total_steps: Optional[int] = None
     colocated: bool = False
+    refresh: str = "rolling"
+    refresh_interval: int = 1
+    at_finish: str = "cancel"
 
     def __post_init__(self) -> None:
         p: list[str] = []
@@ -85,6 +104,15 @@ class ControlConfig:
         _check_int(p, "queue_capacity", self.queue_capacity, 1)
         if self.total_steps is not None:
             _check_int(p, "total_steps", self.total_steps, 1)
+        _check_int(p, "refresh_interval", self.refresh_interval, 1)
+        if self.refresh not in REFRESH_POLICIES:
+            p.append(f"refresh={self.refresh!r} must be one of {', '.join(REFRESH_POLICIES)}")
+        if self.at_finish not in AT_FINISH:
+            p.append(f"at_finish={self.at_finish!r} must be one of {', '.join(AT_FINISH)}")
+        if not p and self.max_staleness < self.refresh_interval - 1:
+            p.append(f"max_staleness={self.max_staleness} is below refresh_interval - 1 = "
+                     f"{self.refresh_interval - 1}: actors keep their weights for refresh_interval "
+                     f"steps, so their samples age that much; raise max_staleness or lower refresh_interval")
         if not 0.0 <= self.low_watermark <= self.high_watermark <= 1.0:
             p.append(f"watermarks must satisfy 0 <= low_watermark ({self.low_watermark}) <= "
                      f"high_watermark ({self.high_watermark}) <= 1")
@@ -102,14 +130,23 @@ class ControlConfig:
     @classmethod
     def from_root(cls, cfg: Any, num_actors: int, total_steps: Optional[int] = None) -> "ControlConfig":
         """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``;
-        ``mode.name == "hybrid"`` means colocated."""
+        colocated as :func:`is_colocated` says."""
         mode, rl = cfg.mode, cfg.rl
         return cls(num_actors=num_actors, global_batch_size=rl.global_batch_size,
                    n_samples_per_prompt=rl.n_samples_per_prompt, max_staleness=mode.max_staleness,
                    queue_capacity=mode.queue_capacity, high_watermark=mode.high_watermark,
                    low_watermark=mode.low_watermark,
                    total_steps=cfg.steps if total_steps is None else total_steps,
-                   colocated=mode.name == "hybrid")
+                   colocated=is_colocated(mode), refresh=getattr(mode, "refresh", "rolling"),
+                   refresh_interval=getattr(mode, "refresh_interval", 1),
+                   at_finish=getattr(mode, "at_finish", "cancel"))
+
+
+def is_colocated(mode: Any) -> bool:
+    """The one predicate for "generation and training share the devices": ``mode=hybrid``.
+    (A hybrid run also has ``max_staleness=0``, which the planner needs; the converse does
+    not hold: an async run may choose ``max_staleness=0`` on separate devices.)"""
+    return mode.name == "hybrid"
 
 
 # ---------------------------------------------------------------------- actions
@@ -140,11 +177,19 @@ class TrainStep:
 
 
 @dataclass(frozen=True)
+class Publish:
+    """Export the trainer's weights ``version`` and publish them atomically for actors."""
+
+    version: int
+
+
+@dataclass(frozen=True)
 class Finish:
-    """All ``steps`` are trained. Prompts never trained on, by reason:
-    ``not_dispatched``: beyond what ``steps`` need (incl. the last ``prompts % batch``);
-    ``queued``: generated, but the last minibatch overshot the final step;
-    ``running``: still generating at the end (overshoot too): the shell cancels them."""
+    """All ``steps`` are trained and the last version is published. Prompts never
+    trained on, by reason: ``not_dispatched``: beyond what ``steps`` need (incl. the last
+    ``prompts % batch``); ``queued``: generated, but the last minibatch overshot the final
+    step; ``running``: still generating at the end (overshoot too): the loop cancels or
+    drains that work, as ``ControlConfig.at_finish`` says."""
 
     steps: int
     not_dispatched: tuple[str, ...] = ()
@@ -152,7 +197,7 @@ class Finish:
     running: tuple[str, ...] = ()
 
 
-Action = Union[Generate, LoadWeights, TrainStep, Finish]
+Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish]
 
 
 # ---------------------------------------------------------------------- snapshots
@@ -216,7 +261,8 @@ class ControlCore:
                                           self.total_steps)
         self.trainer_version = 0
         self.published_version = 0
-        self.training: Optional[int] = None
+        self.training: Optional[TrainStep] = None
+        self.publishing: Optional[int] = None      # version being exported, not yet published
         self.finished = False
         self.ages: Counter[int] = Counter()
         self._consumed: list[str] = []
@@ -224,20 +270,37 @@ class ControlCore:
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
         """Actions the state allows now; each is committed as issued, so a second call
-        without an event in between returns []. Empty after ``Finish``."""
+        without an event in between returns []. ``[Finish]`` once the last step's version
+        is published (work may still be in flight: see ``in_flight``); [] after that."""
         if self.finished:
             return []
-        if self.training is None and self.trainer_version == self.total_steps:
+        if self.published_version == self.total_steps:
             self.finished = True
             return [self._finish()]
-        colocated = self.config.colocated
         actions: list[Action] = []
+        if self.training is None and self.publishing is None and self.published_version < self.trainer_version:
+            self.publishing = self.trainer_version
+            actions.append(Publish(self.trainer_version))
+        colocated = self.config.colocated
         batch = self._ready_batch()
         if batch is not None and not (colocated and self.dispatcher.busy()):
             actions.append(self._start_step(batch))
-        if not (colocated and (self.training is not None or batch is not None)):
+        trainer_busy = self.training is not None or self.publishing is not None or batch is not None
+        if not (colocated and trainer_busy):
             actions.extend(self._feed_actors())
         return actions
+
+    @property
+    def refresh_target(self) -> int:
+        """The version actors should generate with: the newest published multiple of
+        ``refresh_interval`` (version 0, the starting checkpoint, counts)."""
+        k = self.config.refresh_interval
+        return self.published_version - self.published_version % k
+
+    def _paused(self) -> bool:
+        """``refresh="global"``: no new work while some actor lacks the refresh target."""
+        target = self.refresh_target
+        return self.config.refresh == "global" and any(a.version < target for a in self.dispatcher.actors)
 
     def _ready_batch(self) -> Optional[list[QueuedGroup]]:
         """The oldest ``global_batch_size`` queued groups if the next step may take them."""
@@ -266,20 +329,23 @@ class ControlCore:
         self.ages.update(self.staleness.consume(step, versions))
         ids = tuple(g.prompt_id for g in taken)
         self._consumed.extend(ids)
-        self.training = step
-        return TrainStep(step, ids, versions)
+        self.training = TrainStep(step, ids, versions)
+        return self.training
 
     def _feed_actors(self) -> list[Action]:
         """Refresh every idle actor that is behind (if work remains), then hand out the
-        next minibatches to the up-to-date idle actors, lowest id first, until one may not go."""
+        next minibatches to the up-to-date idle actors, lowest id first, until one may not
+        go (or, under a global refresh, until every actor holds the target)."""
         out: list[Action] = []
         if self._next_dispatch() is None:
             return out
-        published = self.published_version
+        target = self.refresh_target
         for actor in self.dispatcher.idle_actors():
-            if self.dispatcher.needs_refresh(actor, published):
-                self.dispatcher.start_load(actor, published)
-                out.append(LoadWeights(actor, published))
+            if self.dispatcher.needs_refresh(actor, target):
+                self.dispatcher.start_load(actor, target)
+                out.append(LoadWeights(actor, target))
+        if self._paused():
+            return out
         for actor in self.dispatcher.idle_actors():
             nxt = self._next_dispatch()
             if nxt is None:
@@ -332,20 +398,45 @@ class ControlCore:
     def on_weights_loaded(self, actor: int, version: int) -> None:
         self.dispatcher.finish_load(actor, version)
 
+    def on_load_failed(self, actor: int, version: int) -> None:
+        """``actor`` could not load ``version``: it keeps its old weights, is idle again,
+        and the next ``poll`` asks it to load again (never generating half-loaded)."""
+        self.dispatcher.abort_load(actor, version)
+
     def on_train_step_done(self, step: int) -> None:
-        if self.training is None or step != self.training:
-            raise ProtocolError(f"train step {step} reported done; running step is {self.training}")
+        running = None if self.training is None else self.training.step
+        if step != running:
+            raise ProtocolError(f"train step {step} reported done; running step is {running}")
         self.training = None
         self.trainer_version = step + 1
 
     def on_published(self, version: int) -> None:
         """The trainer's weights ``version`` are published (atomically) for actors to load."""
-        if not self.published_version < version <= self.trainer_version:
-            raise ProtocolError(f"published version {version}: must be newer than "
-                                f"{self.published_version} and at most the trainer's {self.trainer_version}")
+        if version != self.publishing:
+            raise ProtocolError(f"published version {version}, but the version being published is "
+                                f"{self.publishing}")
+        self.publishing = None
         self.published_version = version
 
     # ------------------------------------------------------------------ views
+    def in_flight(self) -> list[Action]:
+        """Every action issued whose completion has not been reported, in a fixed order
+        (generation and loads by actor, then the train step, then the publish). Empty
+        while the core waits on nothing: then a ``poll`` returning [] is a deadlock."""
+        d = self.dispatcher
+        out: list[Action] = []
+        for a in d.actors:
+            if a.minibatch is not None:
+                mb = d.minibatches[a.minibatch]
+                out.append(Generate(a.actor, mb.minibatch_id, mb.prompt_ids, a.version))
+            elif a.loading is not None:
+                out.append(LoadWeights(a.actor, a.loading))
+        if self.training is not None:
+            out.append(self.training)
+        if self.publishing is not None:
+            out.append(Publish(self.publishing))
+        return out
+
     @property
     def running_prompts(self) -> int:
         return self.queue.in_flight_samples // self.config.n_samples_per_prompt
@@ -363,7 +454,8 @@ class ControlCore:
             wait = "colocated"
         return Snapshot(
             trainer_version=self.trainer_version, published_version=self.published_version,
-            training_step=self.training, total_steps=self.total_steps, finished=self.finished,
+            training_step=None if self.training is None else self.training.step,
+            total_steps=self.total_steps, finished=self.finished,
             trainer_wait=wait, queued_prompts=self.queue.queued_prompts,
             queued_samples=self.queue.queued_samples, in_flight_samples=self.queue.in_flight_samples,
             queue_capacity=self.queue.capacity, throttled=self.queue.throttled,
@@ -419,14 +511,15 @@ def _check_plan(config: ControlConfig, mbs: list[PlannedMinibatch]) -> int:
         raise ValueError(f"total_steps={steps} needs {steps * b} prompts (global_batch_size={b}); "
                          f"the plan has {len(seen)}, enough for {full_steps} steps")
     gap = first_window_gap([mb.size for mb in mbs], b, config.max_staleness,
-                           config.queue_capacity // n, steps)
+                           config.queue_capacity // n, steps, config.refresh_interval)
     if gap is not None:
         mb = mbs[gap.index]
         raise ValueError(
             f"step {gap.step} can never be filled: it needs {gap.needed} prompts dispatched, but "
             f"minibatch {mb.minibatch_id!r} ({mb.size} prompts) would take the {gap.before} before it "
-            f"past the limit {gap.limit} = min((max_staleness + step + 1) x global_batch_size, "
+            f"past the limit {gap.limit} = min((max_staleness + r + 1) x global_batch_size, "
             f"step x global_batch_size + queue_capacity // n_samples_per_prompt) with "
+            f"r = step - step % refresh_interval = {gap.step - gap.step % config.refresh_interval}, "
             f"max_staleness={config.max_staleness}, global_batch_size={b}, "
             f"queue_capacity={config.queue_capacity}, n_samples_per_prompt={n}. Raise max_staleness "
             f"or queue_capacity, or plan minibatches whose boundaries meet every multiple of "

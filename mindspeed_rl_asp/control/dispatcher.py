@@ -116,10 +116,10 @@ class Dispatcher:
         """(actor, plan index) of every minibatch being generated, by actor id."""
         return [(a.actor, a.minibatch) for a in self.actors if a.status is ActorStatus.GENERATING]
 
-    def needs_refresh(self, actor: int, published: int) -> bool:
-        """Refresh policy: an idle actor behind the published version should load it."""
+    def needs_refresh(self, actor: int, target: int) -> bool:
+        """Refresh policy: an idle actor behind the refresh target should load it."""
         a = self.actors[actor]
-        return a.status is ActorStatus.IDLE and a.version < published
+        return a.status is ActorStatus.IDLE and a.version < target
 
     # ------------------------------------------------------------------ transitions
     def assign(self, actor: int) -> int:
@@ -153,11 +153,20 @@ class Dispatcher:
         a.status, a.loading = ActorStatus.LOADING, version
 
     def finish_load(self, actor: int, version: int) -> None:
+        a = self._loading(actor, version, "loaded")
+        a.status, a.version, a.loading = ActorStatus.IDLE, version, None
+
+    def abort_load(self, actor: int, version: int) -> None:
+        """The load failed: the actor is idle with the weights it had."""
+        a = self._loading(actor, version, "failed to load")
+        a.status, a.loading = ActorStatus.IDLE, None
+
+    def _loading(self, actor: int, version: int, what: str) -> ActorState:
         a = self._actor(actor)
         if a.status is not ActorStatus.LOADING or a.loading != version:
-            raise ProtocolError(f"actor {actor} reported weights {version} loaded but it is "
+            raise ProtocolError(f"actor {actor} reported weights {version} {what} but it is "
                                 f"{a.status.value} (loading {a.loading})")
-        a.status, a.version, a.loading = ActorStatus.IDLE, version, None
+        return a
 
     # ------------------------------------------------------------------ helpers
     def _actor(self, actor: int) -> ActorState:

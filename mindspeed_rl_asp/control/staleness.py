@@ -104,7 +104,10 @@ class StalenessControl:
     def consume(self, step: int, versions: Sequence[int]) -> list[int]:
         """Commit step ``step`` taking prompts of ``versions``; returns their policy ages."""
         ages = [step - w for w in versions]
-        assert all(0 <= a <= self.max_staleness for a in ages), (step, versions)
+        if not all(0 <= a <= self.max_staleness for a in ages):
+            # feasible() is checked first, so this is a bug in the caller, never a user error.
+            raise ValueError(f"step {step} cannot consume behaviour versions {list(versions)}: "
+                             f"ages must lie in 0..max_staleness={self.max_staleness}")
         for w in versions:
             self._outstanding[w] -= 1
             if not self._outstanding[w]:
@@ -128,19 +131,21 @@ class WindowGap:
 
 
 def first_window_gap(sizes: Sequence[int], global_batch_size: int, max_staleness: int,
-                     capacity_prompts: int, total_steps: int) -> Optional[WindowGap]:
+                     capacity_prompts: int, total_steps: int,
+                     refresh_interval: int = 1) -> Optional[WindowGap]:
     """Exact liveness test of an in-order plan (sizes in prompts, dispatch order).
 
     While the trainer waits at step ``s`` (versions ``0..s`` published, ``s * B`` consumed)
+    actors generate with ``r_s = s - s % refresh_interval`` (the refresh target), so
     dispatch can reach the longest plan prefix of at most
-    ``limit_s = min((eta + s + 1) * B, s * B + capacity_prompts)`` prompts and no further;
+    ``limit_s = min((eta + r_s + 1) * B, s * B + capacity_prompts)`` prompts and no further;
     the step needs ``(s + 1) * B``. Returns the first step for which no prefix sum lies in
     ``[(s + 1) * B, limit_s]``, or None when every step up to ``total_steps`` can fill.
     """
     b = global_batch_size
     j, prefix = 0, 0  # prefix = sizes[0] + ... + sizes[j - 1]
     for s in range(total_steps):
-        limit = min((max_staleness + s + 1) * b, s * b + capacity_prompts)
+        limit = min((max_staleness + s - s % refresh_interval + 1) * b, s * b + capacity_prompts)
         while j < len(sizes) and prefix + sizes[j] <= limit:
             prefix += sizes[j]
             j += 1

@@ -1,17 +1,15 @@
-"""Wire the roles and run async (or hybrid) GRPO on Ray. The loop itself is the Control
-Unit's; this module builds the pieces from the config and cleans up after them.
+"""Wire the roles and run async (or hybrid) GRPO on Ray. The loop is the one loop,
+``control.loop.drive``; this module builds the pieces from the config and cleans up.
 
-    plan = schedule the task's prompts            (offline, once)
+    plan = schedule the task's prompts            (offline, once: runtime/planning.py)
     core = ControlCore(config, plan)              (pure decisions)
     actors = Generation Unit actors + Training Unit actor, placed from the layout
-    ControlUnit(core, actors).run()               (until the last step is published)
+    drive(core, RayCluster(actors), recorder)     (until the last step is published)
 """
 from __future__ import annotations
 
 import json
 import os
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -54,38 +52,6 @@ def ensure_ray(layout) -> bool:
     return True
 
 
-def plan_run(cfg, prompts):
-    """The offline plan, the passes over ``prompts`` that ``cfg.steps`` need, and the
-    minibatches the control core dispatches: one pass planned and replayed once per pass;
-    with ``mode.max_staleness=0`` (hybrid) planned step by step instead, so that no
-    minibatch straddles two steps."""
-    from ..schedule.configured import build_plan, repeat_for_epochs, step_aligned_plan, task_items
-    from ..schedule.plan import SchedulerParams
-    from ..tasks import epochs_needed
-
-    items = task_items(cfg, prompts)
-    epochs = epochs_needed(len(prompts), cfg.steps, cfg.rl.global_batch_size)
-    if cfg.mode.max_staleness == 0:
-        plan, minibatches = step_aligned_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
-                                              cfg.rl.n_samples_per_prompt, cfg.rl.global_batch_size, epochs)
-        return plan, epochs, minibatches
-    plan = build_plan(cfg, items)
-    return plan, epochs, repeat_for_epochs(plan, epochs)
-
-
-def make_control_core(cfg, plan, num_actors: int):
-    """The pure control core for this plan; a plan the control rules cannot run (for
-    example hybrid mode with minibatches that straddle step boundaries) is a config error."""
-    from ..config.validate import ConfigError
-    from ..control.core import ControlConfig, ControlCore
-
-    try:
-        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors), plan)
-    except ValueError as error:
-        raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
-                          f"{error}") from None
-
-
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
                  on_eval: Callable[[str, int, int], None] | None = None) -> dict:
@@ -98,10 +64,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     import ray
 
     from ..config.validate import resolve_model_path
+    from ..control.core import is_colocated
+    from ..control.loop import drive
     from ..policy.tokenizer import load_tokenizer
     from ..tasks import base_prompt_id, make_task_prompts
-    from .control_unit import ControlUnit
     from .generation_unit import GenerationWorker
+    from .planning import make_control_core, plan_run
+    from .ray_cluster import RayCluster
     from .placement import plan_placement
     from .recorder import RunRecorder
     from .training_unit import TrainingWorker
@@ -145,11 +114,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         if fail_trainer_at_step is not None:
             ray.get(trainer.inject_failure.remote(fail_trainer_at_step))
 
-        recorder = RunRecorder(run_dir, len(generators), layout.gen_devices if cfg.mode.name == "async"
-                               else layout.nodes * layout.devices_per_node, on_step)
-        start = time.time()
-        finish = ControlUnit(core, generators, trainer, prompt_tokens, recorder, cfg.seed).run()
-        wall_time = time.time() - start
+        cluster = RayCluster(generators, trainer, prompt_tokens, cfg.seed)
+        start = cluster.now()
+        recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
+                               if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start)
+        outcome = drive(core, cluster, recorder)
+        finish = outcome.finish
+        wall_time = cluster.now() - start
         final_path = run_dir / "final_policy"
         if cfg.eval.save_final_policy or cfg.eval.num_prompts:
             ray.get(trainer.save.remote(str(final_path)))
@@ -157,6 +128,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             "steps": finish.steps, "wall_time_s": wall_time, "epochs": epochs,
             "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
                                "running": len(finish.running)},
+            "at_finish": outcome.summary(),
             "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
             "generation_failures": recorder.failures,
             "consumed_prompt_ids": core.consumed_ids(),

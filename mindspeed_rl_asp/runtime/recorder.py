@@ -3,29 +3,38 @@
 Files in the run directory: ``timeline.jsonl`` (every actor's spans), ``queue.jsonl``
 (occupancy after every event), ``metrics.jsonl`` + ``tensorboard/`` (one record per
 training step). Bubbles are measured over the window since the previous step.
+
+``RunRecorder`` is the loop's observer (``control.loop.Observer``): it sees every action
+submitted and every event with the cluster's clock, so the Ray runtime (wall clock) and
+the simulator (virtual clock) write the same files. The events' ``info`` is the
+cluster's report: ``MinibatchReport`` for generation, ``LoadReport`` for a load,
+``StepReport`` for a train step (``runtime/generation_unit.py``, ``training_unit.py``).
 """
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
+from ..control.core import Generate, LoadWeights, Publish, TrainStep
+from ..control.loop import Done, Observer
 from ..metrics.timeline import Span, idle_fraction, padding_bubble
 from ..metrics.writer import MetricsWriter
 
 
-class RunRecorder:
+class RunRecorder(Observer):
     def __init__(self, run_dir: Path, num_actors: int, gen_devices: int, on_step: Callable[[dict], None] | None = None,
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, start: float = 0.0):
         self.run_dir = Path(run_dir)
         self.lanes = [f"gen-{i}" for i in range(num_actors)]
         self.gen_devices = gen_devices
         self.writer = MetricsWriter(self.run_dir, tensorboard)
         self.on_step = on_step
-        self.start = time.time()
+        self.start = start            # the cluster's clock when the run starts
         self.window_start = self.start
+        self._issued: dict = {}       # action -> cluster time it was submitted
+        self._train_report = None
         # Only what the current window needs is kept in memory; the files keep everything.
         self.spans: list[Span] = []
         self._window_lengths: list[list[int]] = []
@@ -35,6 +44,30 @@ class RunRecorder:
         self._timeline = open(self.run_dir / "timeline.jsonl", "a", encoding="utf-8")
         self._queue = open(self.run_dir / "queue.jsonl", "a", encoding="utf-8")
         self.failures = 0
+        self.load_failures = 0
+
+    # ------------------------------------------------------------------ the loop's observer
+    def submitted(self, action, t: float) -> None:
+        self._issued[action] = t
+
+    def observed(self, event, core, t: float) -> None:
+        action = event.action
+        issued = self._issued.pop(action, t)
+        if isinstance(action, Generate):
+            if isinstance(event, Done):
+                self.generated(event.info, len(action.prompt_ids))
+            else:
+                self.failure(action, issued, t, event.error)
+        elif isinstance(action, LoadWeights):
+            if isinstance(event, Done):
+                self.loaded(event.info, issued, t)
+            else:
+                self.load_failure(action, issued, t, event.error)
+        elif isinstance(action, TrainStep):
+            self._train_report = event.info
+        elif isinstance(action, Publish):
+            self.stepped(self._train_report, issued, t, core.snapshot())
+        self.queue_sample(core.snapshot(), t)
 
     def _add(self, span: Span) -> None:
         self.spans.append(span)
@@ -55,13 +88,18 @@ class RunRecorder:
         self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}",
                        {"round_trip_s": done - issued}))
 
-    def failure(self, action, start: float, end: float, error: BaseException) -> None:
+    def failure(self, action, start: float, end: float, error: str) -> None:
         self.failures += 1
         self._add(Span(f"gen-{action.actor}", "failed", start, end, action.minibatch_id,
-                       {"error": str(error).splitlines()[0][:200]}))
+                       {"error": _first_line(error)}))
 
-    def queue_sample(self, snap) -> None:
-        row = {"time": time.time(), "queued": snap.queued_samples, "in_flight": snap.in_flight_samples,
+    def load_failure(self, action, start: float, end: float, error: str) -> None:
+        self.load_failures += 1
+        self._add(Span(f"gen-{action.actor}", "load_failed", start, end, f"v{action.version}",
+                       {"error": _first_line(error)}))
+
+    def queue_sample(self, snap, t: float) -> None:
+        row = {"time": t, "queued": snap.queued_samples, "in_flight": snap.in_flight_samples,
                "capacity": snap.queue_capacity, "throttled": snap.throttled, "trainer_wait": snap.trainer_wait}
         self._queue_rows.append(row)
         self._queue.write(json.dumps(row) + "\n")
@@ -93,6 +131,7 @@ class RunRecorder:
             "queue_samples_mean": sum(queued) / len(queued) if queued else 0.0,
             "queue_samples_max": max(queued, default=0),
             "generation_failures": self.failures,
+            "load_failures": self.load_failures,
             **report.metrics,
         }
         self.writer.write(report.step, metrics)
@@ -108,3 +147,8 @@ class RunRecorder:
         self.writer.close()
         self._timeline.close()
         self._queue.close()
+
+
+def _first_line(error: str) -> str:
+    lines = str(error).splitlines()
+    return lines[0][:200] if lines else ""

@@ -1,0 +1,52 @@
+"""From a run's config to what the control core runs: the offline plan, the passes
+over the prompts, the minibatches in dispatch order, and the core itself. Shared by the
+Ray driver, ``asp-train --dry-run`` and the simulator (which plans a synthetic workload
+through :func:`plan_minibatches` exactly as a real run plans its prompts)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def steps_must_align(mode) -> bool:
+    """Minibatches may not straddle a training step when ``max_staleness=0``: a step may
+    take only samples of the weights it starts from, so a minibatch spanning two steps
+    could never be consumed (a liveness rule of docs/control.md, not a device rule; the
+    device rule is ``control.core.is_colocated``)."""
+    return mode.max_staleness == 0
+
+
+def plan_minibatches(cfg, items: Sequence[tuple[str, float]], epochs: int):
+    """The plan (for ``plan.json``) and the ``(minibatch id, prompt ids)`` the core
+    dispatches, for ``items`` = (prompt id, predicted length): one pass planned and
+    replayed once per pass; planned step by step when :func:`steps_must_align`."""
+    from ..schedule.configured import build_plan, repeat_for_epochs, step_aligned_plan
+    from ..schedule.plan import SchedulerParams
+
+    if steps_must_align(cfg.mode):
+        return step_aligned_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
+                                 cfg.rl.n_samples_per_prompt, cfg.rl.global_batch_size, epochs)
+    plan = build_plan(cfg, items)
+    return plan, repeat_for_epochs(plan, epochs)
+
+
+def plan_run(cfg, prompts):
+    """``(plan, epochs, minibatches)`` for the task's ``prompts`` and ``cfg.steps``."""
+    from ..schedule.configured import task_items
+    from ..tasks import epochs_needed
+
+    epochs = epochs_needed(len(prompts), cfg.steps, cfg.rl.global_batch_size)
+    plan, minibatches = plan_minibatches(cfg, task_items(cfg, prompts), epochs)
+    return plan, epochs, minibatches
+
+
+def make_control_core(cfg, minibatches, num_actors: int):
+    """The pure control core for this plan; a plan the control rules cannot run (for
+    example hybrid mode with minibatches that straddle step boundaries) is a config error."""
+    from ..config.validate import ConfigError
+    from ..control.core import ControlConfig, ControlCore
+
+    try:
+        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors), minibatches)
+    except ValueError as error:
+        raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
+                          f"{error}") from None
