@@ -152,6 +152,13 @@ class ModeConfig:
     queue_capacity: int = 64
     high_watermark: float = 0.75
     low_watermark: float = 0.25
+    # Weight refresh: "rolling" (ASP: each actor loads the newest version between its own
+    # minibatches, no global pause) or "global" (verl fully-async: every refresh_interval
+    # versions all actors pause, drain and load together). docs/control.md.
+    refresh: str = "rolling"
+    refresh_interval: int = 1
+    # Generation still running when the last step is published: "cancel" or "drain".
+    at_finish: str = "cancel"
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..control.core import AT_FINISH, REFRESH_POLICIES
 from .schema import DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS
 
 
@@ -148,6 +149,12 @@ def mode_problems(mode) -> list[str]:
             f"watermarks must satisfy 0 <= mode.low_watermark ({mode.low_watermark}) <= "
             f"mode.high_watermark ({mode.high_watermark}) <= 1"
         )
+    _choice(p, "mode.refresh", mode.refresh, REFRESH_POLICIES)
+    _choice(p, "mode.at_finish", mode.at_finish, AT_FINISH)
+    _positive(p, "mode.refresh_interval", mode.refresh_interval)
+    if mode.refresh_interval > 1 and mode.max_staleness < mode.refresh_interval - 1:
+        p.append(f"mode.max_staleness={mode.max_staleness} is below mode.refresh_interval - 1 = "
+                 f"{mode.refresh_interval - 1}: actors keep a version that long; raise mode.max_staleness")
     return p
 
 
