@@ -60,6 +60,18 @@ def test_step_correctness_is_split_by_epoch_and_summed_across_steps():
         (0, pytest.approx(2 / 3), 3), (1, pytest.approx(1 / 4), 4)]
 
 
+def test_step_integrity_is_split_by_epoch_like_correctness():
+    from mindspeed_rl_asp.metrics.report import epoch_means
+    from mindspeed_rl_asp.runtime.training_unit import epoch_sums
+
+    rows = [("a", None), ("b", None), ("a@e1", None), ("b@e1", None)]
+    scores = [{"correctness": c, "integrity": i} for c, i in ((0.0, 1.0), (0.0, 0.0), (1.0, 1.0), (0.0, 1.0))]
+    assert epoch_sums(rows, scores, "integrity") == {"0": [1.0, 2], "1": [2.0, 2]}
+    assert epoch_sums(rows, scores) == {"0": [0.0, 2], "1": [1.0, 2]}  # correctness stays the default
+    step = {"epoch_integrity": epoch_sums(rows, scores, "integrity")}
+    assert epoch_means([step], "epoch_integrity") == [(0, pytest.approx(0.5), 2), (1, pytest.approx(1.0), 2)]
+
+
 def test_partial_epochs_are_flagged():
     from mindspeed_rl_asp.metrics.report import is_complete
 

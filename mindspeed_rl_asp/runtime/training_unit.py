@@ -20,15 +20,15 @@ class StepReport:
     metrics: dict
 
 
-def epoch_sums(rows, scores) -> dict[str, list[float]]:
-    """``{epoch: [sum of correctness, samples]}`` over a step's samples (``rows[i][0]`` is
+def epoch_sums(rows, scores, key: str = "correctness") -> dict[str, list[float]]:
+    """``{epoch: [sum of score[key], samples]}`` over a step's samples (``rows[i][0]`` is
     the sample's prompt id)."""
     from ..tasks import prompt_epoch
 
     sums: dict[str, list[float]] = {}
     for row, score in zip(rows, scores):
         entry = sums.setdefault(str(prompt_epoch(row[0])), [0.0, 0])
-        entry[0] += score["correctness"]
+        entry[0] += score[key]
         entry[1] += 1
     return sums
 
@@ -119,9 +119,10 @@ class TrainingWorker:
             "response_length_mean": sum(len(r[2]) for r in rows) / n,
             "samples": n,
             "response_tokens": sum(len(r[2]) for r in rows),
-            # Per epoch: [correct samples, samples]. Every epoch replays the same prompts,
-            # so these are comparable across epochs where single steps are not.
+            # Per epoch: [correct (intact) samples, samples]. Every epoch replays the same
+            # prompts, so these are comparable across epochs where single steps are not.
             "epoch_correctness": epoch_sums(rows, scores),
+            "epoch_integrity": epoch_sums(rows, scores, "integrity"),
             "policy_age_hist": {str(k): v for k, v in ages.items()},
             "policy_age_mean": sum(k * v for k, v in ages.items()) / n,
             "policy_age_max": max(ages),
