@@ -235,6 +235,30 @@ class ExperimentConfig:
 
 
 @dataclass
+class SimConfig:
+    """The simulator's workload (``asp-simulate``; real runs ignore it).
+
+    Response lengths come from the long-tailed length model (sim/workload.LengthModel,
+    whose defaults these are; a test keeps them equal) or, with ``lengths_file``, from a
+    recorded lengths file. ``predictor_spearman``: the rank quality of the length
+    predictor the planner sees (null: the true expected lengths). docs/simulator.md.
+    """
+
+    lengths_file: Optional[str] = None
+    median_response_length: float = 512.0
+    sigma_prompt: float = 0.72
+    sigma_sample: float = 0.29
+    runaway_probability: float = 0.01
+    prompt_length_median: float = 320.0
+    prompt_length_sigma: float = 0.05
+    min_prompt_length: int = 16
+    predictor_spearman: Optional[float] = None
+    seed: int = 0
+    # The figure of the paper a study row is compared with; set by the study, not by hand.
+    study: str = ""
+
+
+@dataclass
 class RootConfig:
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -249,6 +273,7 @@ class RootConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
     seed: int = 0
     steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

@@ -1,0 +1,132 @@
+"""``SimCluster``: a cluster for :func:`~mindspeed_rl_asp.control.loop.drive` on a virtual clock.
+
+The real ``ControlCore`` and the real loop run unchanged; only the work is simulated.
+``submit`` prices an action with the cost models (``batching.py``, ``costs.py``) and
+schedules its completion on a heap ordered by (time, sequence number), so a run is
+deterministic for a workload; ``next_event`` pops the earliest and moves the clock there.
+Like ``RayCluster`` it holds no control rule: the core never gives an actor (or the
+trainer) two pieces of work at once, so work starts the moment it is submitted.
+
+What each action costs (docs/simulator.md, "Cost of each action"):
+
+* ``Generate``: the minibatch's rows (its prompts x n samples, lengths from the
+  workload) on one instance, with the engine's batching (``batching.minibatch_timing``);
+* ``TrainStep``: ``costs.training_time`` over the step's tokens on the training devices
+  (an update plus ``extra_forwards`` no-grad passes); colocated (hybrid) runs add the
+  generate -> train switch (onload of optimizer and weights);
+* ``Publish``: the trainer's export: ``engine.weight_sync_fixed`` (gather the shards,
+  convert to the inference layout); colocated runs add the train -> generate switch;
+* ``LoadWeights``: the instance receives the weights over its devices' links
+  (inter-node in async layouts, intra-node when colocated) and loads them.
+
+The reports it returns are those of the real actors (``MinibatchReport``, ``LoadReport``,
+``StepReport``), stamped with virtual times, so ``RunRecorder`` writes the same files.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
+from ..control.loop import Done, Event
+from ..runtime.generation_unit import LoadReport, MinibatchReport
+from ..runtime.training_unit import StepReport
+from ..tasks import base_prompt_id
+from .batching import Instance, MinibatchTiming, minibatch_timing
+from .costs import training_time, weight_transfer_time
+from .workload import PromptWorkload
+
+
+@dataclass(frozen=True)
+class SimSetup:
+    """Everything the cluster prices work with; built from a config by ``sim/run.py``."""
+
+    instance: Instance           # every generation instance is alike
+    num_actors: int
+    train_devices: int
+    colocated: bool
+    extra_forwards: int          # no-grad passes per step besides the update (old, reference log-probs)
+    publish_s: float             # trainer side of a refresh (export, reshard, convert)
+    load_bandwidth: float        # bytes/s into one instance (all its devices' links)
+    switch_s: float              # colocated: one train <-> generate switch
+
+    def load_s(self) -> float:
+        return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
+
+
+class SimCluster:
+    def __init__(self, setup: SimSetup, prompts: Mapping[str, PromptWorkload]) -> None:
+        self.setup = setup
+        self.prompts = prompts
+        self.clock = 0.0
+        self._heap: list[tuple[float, int, Action, object]] = []
+        self._seq = 0
+        self._cancelled: set[int] = set()
+        self._seq_of: dict[Action, int] = {}
+        self.timings: dict[str, MinibatchTiming] = {}   # minibatch id -> its timing (bubbles)
+
+    def now(self) -> float:
+        return self.clock
+
+    def submit(self, action: Action) -> None:
+        start = self.clock
+        duration, report = self._price(action, start)
+        heapq.heappush(self._heap, (start + duration, self._seq, action, report))
+        self._seq_of[action] = self._seq
+        self._seq += 1
+
+    def next_event(self) -> Event:
+        while self._heap:
+            end, seq, action, report = heapq.heappop(self._heap)
+            self._seq_of.pop(action, None)
+            if seq in self._cancelled:
+                continue
+            self.clock = end
+            return Done(action, report)
+        raise RuntimeError("next_event with nothing in flight")
+
+    def cancel(self, actions: Sequence[Action]) -> None:
+        for action in actions:
+            seq = self._seq_of.pop(action, None)
+            if seq is not None:
+                self._cancelled.add(seq)
+
+    # ------------------------------------------------------------------ prices
+    def _rows(self, prompt_ids: Sequence[str]) -> tuple[list[int], list[int]]:
+        prompt_lengths, response_lengths = [], []
+        for pid in prompt_ids:
+            work = self.prompts[base_prompt_id(pid)]
+            prompt_lengths += [work.prompt_length] * len(work.response_lengths)
+            response_lengths += list(work.response_lengths)
+        return prompt_lengths, response_lengths
+
+    def _price(self, action: Action, start: float) -> tuple[float, object]:
+        s = self.setup
+        if isinstance(action, Generate):
+            prompts, lengths = self._rows(action.prompt_ids)
+            timing = minibatch_timing(s.instance, prompts, lengths)
+            self.timings[action.minibatch_id] = timing
+            return timing.duration, MinibatchReport(action.minibatch_id, action.actor, action.version, start,
+                                                    start + timing.duration, lengths)
+        if isinstance(action, LoadWeights):
+            duration = s.load_s()
+            return duration, LoadReport(action.actor, action.version, start, start + duration)
+        if isinstance(action, TrainStep):
+            prompts, lengths = self._rows(action.prompt_ids)
+            tokens = sum(prompts) + sum(lengths)
+            duration = training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
+                                     s.extra_forwards) + (s.switch_s if s.colocated else 0.0)
+            ages = {}
+            n = len(lengths) // max(len(action.prompt_ids), 1)
+            for v in action.versions:
+                ages[action.step - v] = ages.get(action.step - v, 0) + n
+            metrics = {"samples": len(lengths), "response_tokens": sum(lengths),
+                       "response_length_mean": sum(lengths) / max(len(lengths), 1), "trained_tokens": tokens,
+                       "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
+                       "policy_age_mean": sum(k * v for k, v in ages.items()) / max(len(lengths), 1),
+                       "policy_age_max": max(ages, default=0)}
+            return duration, StepReport(action.step, action.step + 1, start, start + duration, metrics)
+        if isinstance(action, Publish):
+            return s.publish_s + (s.switch_s if s.colocated else 0.0), None
+        raise TypeError(f"SimCluster cannot run {action!r}")

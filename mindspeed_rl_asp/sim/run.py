@@ -1,0 +1,259 @@
+"""One simulated run from a config: the same plan, core and loop as ``asp-train``.
+
+    workload  = the length model (or a recorded lengths file)       sim.*
+    predicted = lengths of the configured rank quality               sim.predictor_spearman
+    plan      = runtime/planning.plan_minibatches (the real planner) scheduler.*, mode.*
+    core      = runtime/planning.make_control_core (the real core)  rl.*, mode.*
+    drive(core, SimCluster(costs from the profiles), observers)     hardware.*, model.*, engine.*, layout.*
+
+With ``run_dir`` the run writes ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl``
+through the real ``RunRecorder`` (``asp-report`` draws them), plus ``sim_result.json``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
+from ..control.loop import Done, Observer, drive
+from .batching import Instance, full_batch_token_rate
+from .cluster import SimCluster, SimSetup
+from .costs import kv_capacity_tokens, training_time
+from .profiles import engine_profile_from_config, hardware_profile_from_config, model_profile_from_config
+from .workload import LengthModel, Workload, plan_items, predict_lengths, replay_workload, sample_workload
+
+
+def setup_from_config(cfg) -> SimSetup:
+    """Profiles and layout -> what the cluster prices work with. Raises ``ProfileError``
+    naming the key for a bad profile or an instance that cannot hold the model."""
+    from ..runtime.placement import plan_placement
+
+    model = model_profile_from_config(cfg.model)
+    hardware = hardware_profile_from_config(cfg.hardware)
+    engine = engine_profile_from_config(cfg.engine)
+    layout = cfg.layout
+    devices = layout.infer_instance_size
+    sequence = cfg.rl.max_prompt_length + cfg.generate.sampling_config.max_tokens
+    instance = Instance(model, hardware, engine, devices,
+                        kv_capacity_tokens(model, hardware, engine, devices, sequence))
+    colocated = is_colocated(cfg.mode)
+    placement = plan_placement(layout, cfg.mode.name)
+    all_devices = layout.nodes * layout.devices_per_node
+    link = hardware.intra_node_bandwidth if colocated else hardware.inter_node_bandwidth
+    # Old log-probs (the proximal policy) always; reference log-probs with a KL term.
+    extra = 1 + (cfg.algo.kl_coef > 0)
+    return SimSetup(instance=instance, num_actors=len(placement.generators),
+                    train_devices=all_devices if colocated else layout.train_nodes * layout.devices_per_node,
+                    colocated=colocated, extra_forwards=extra, publish_s=engine.weight_sync_fixed,
+                    load_bandwidth=devices * link, switch_s=engine.mode_switch)
+
+
+def length_model_from_config(sim, max_prompt_length: int) -> LengthModel:
+    return LengthModel(median_response_length=sim.median_response_length, sigma_prompt=sim.sigma_prompt,
+                       sigma_sample=sim.sigma_sample, runaway_probability=sim.runaway_probability,
+                       prompt_length_median=sim.prompt_length_median, prompt_length_sigma=sim.prompt_length_sigma,
+                       min_prompt_length=sim.min_prompt_length, max_prompt_length=max_prompt_length)
+
+
+def workload_from_config(cfg) -> Workload:
+    n, max_tokens = cfg.rl.n_samples_per_prompt, cfg.generate.sampling_config.max_tokens
+    if cfg.sim.lengths_file:
+        return replay_workload(cfg.sim.lengths_file, n_samples_per_prompt=n, max_tokens=max_tokens, seed=cfg.sim.seed)
+    return sample_workload(length_model_from_config(cfg.sim, cfg.rl.max_prompt_length), cfg.task.num_prompts,
+                           n, max_tokens, seed=cfg.sim.seed)
+
+
+class SimStats(Observer):
+    """What a study needs from a run, without writing files: per-step publish times,
+    busy time per lane, tokens generated, time-weighted queue occupancy, policy ages."""
+
+    def __init__(self, num_actors: int) -> None:
+        self.step_end: list[float] = []
+        self.train_busy = 0.0
+        self.gen_busy = [0.0] * num_actors
+        self.tokens = 0
+        self.ages: dict[int, int] = {}
+        self.queue_area = 0.0
+        self.queue_max = 0
+        self._queue_level = 0
+        self._last_t = 0.0
+        self._issued: dict = {}
+
+    def submitted(self, action, t) -> None:
+        self._issued[action] = t
+
+    def observed(self, event, core, t) -> None:
+        action = event.action
+        start = self._issued.pop(action, t)
+        if isinstance(event, Done):
+            if isinstance(action, Generate):
+                self.gen_busy[action.actor] += t - start
+                self.tokens += sum(event.info.lengths)
+            elif isinstance(action, LoadWeights):
+                self.gen_busy[action.actor] += t - start
+            elif isinstance(action, TrainStep):
+                self.train_busy += t - start
+                for v in action.versions:
+                    self.ages[action.step - v] = self.ages.get(action.step - v, 0) + 1
+            elif isinstance(action, Publish):
+                self.train_busy += t - start
+                self.step_end.append(t)
+        self.queue_area += self._queue_level * (t - self._last_t)
+        self._last_t = t
+        self._queue_level = core.snapshot().queued_samples
+        self.queue_max = max(self.queue_max, self._queue_level)
+
+
+class _Fanout(Observer):
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def submitted(self, action, t) -> None:
+        for o in self.observers:
+            o.submitted(action, t)
+
+    def observed(self, event, core, t) -> None:
+        for o in self.observers:
+            o.observed(event, core, t)
+
+    def finished(self, outcome, core, t) -> None:
+        for o in self.observers:
+            o.finished(outcome, core, t)
+
+
+@dataclass
+class SimResult:
+    """One simulated run. Times in seconds; ``tokens_per_s_per_*``: generated response
+    tokens per second of the whole run per device, with three device counts (the paper
+    does not say which it uses, docs/reproduce_table3.md): the generation devices
+    (``gen``: all of them in hybrid), every device of the layout (``device``), and the
+    generation devices' busy time only (``gen_busy``)."""
+
+    mode: str
+    scheduler: str
+    steps: int
+    total_s: float
+    iteration_s: float
+    iteration_times: list[float]
+    lower_bound_s: float
+    generation_bound_s: float
+    training_bound_s: float
+    tokens: int
+    tokens_per_s_per_gen_device: float
+    tokens_per_s_per_device: float
+    tokens_per_s_per_gen_device_busy: float
+    generation_idle: float
+    trainer_idle: float
+    policy_age_mean: float
+    policy_age_hist: dict[int, int]
+    queue_mean_samples: float
+    queue_max_samples: int
+    padding_bubble: float
+    slot_bubble: float
+    tail_share: float
+    num_actors: int
+    gen_devices: int
+    train_devices: int
+    devices: int
+    at_finish: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["policy_age_hist"] = {str(k): v for k, v in self.policy_age_hist.items()}
+        return out
+
+
+def lower_bounds(cfg, setup: SimSetup, workload: Workload) -> tuple[float, float, float]:
+    """(iteration lower bound, generation bound, training bound): the iteration time
+    with zero bubbles. Generation bound: a step's response tokens over every instance
+    running a full batch (``batching.full_batch_token_rate``); training bound: the
+    step's training and publish time. Async overlaps the two (the larger binds); hybrid
+    runs them one after the other on the same devices, with both switches and a load."""
+    step_prompts = cfg.rl.global_batch_size
+    prompts = workload.prompts
+    mean_prompt = sum(p.prompt_length for p in prompts) / len(prompts)
+    mean_response = workload.total_response_tokens / workload.num_samples
+    samples = step_prompts * cfg.rl.n_samples_per_prompt
+    rate = setup.num_actors * full_batch_token_rate(setup.instance, mean_prompt, mean_response)
+    generation = samples * mean_response / rate
+    inst = setup.instance
+    training = training_time(inst.model, inst.hardware, setup.train_devices,
+                             round(samples * (mean_prompt + mean_response)), setup.extra_forwards) + setup.publish_s
+    if setup.colocated:
+        return generation + training + 2 * setup.switch_s + setup.load_s(), generation, training
+    return max(generation, training), generation, training
+
+
+def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] = None) -> SimResult:
+    """Simulate ``cfg.steps`` steps of the configured run; see the module docstring."""
+    from ..runtime.planning import make_control_core, plan_minibatches
+    from ..tasks import epochs_needed
+
+    setup = setup_from_config(cfg)
+    workload = workload or workload_from_config(cfg)
+    quality = "oracle" if cfg.sim.predictor_spearman is None else cfg.sim.predictor_spearman
+    predicted = predict_lengths(workload, quality, seed=cfg.sim.seed)
+    epochs = epochs_needed(workload.num_prompts, cfg.steps, cfg.rl.global_batch_size)
+    plan, minibatches = plan_minibatches(cfg, plan_items(workload, predicted), epochs)
+    core = make_control_core(cfg, minibatches, setup.num_actors)
+    cluster = SimCluster(setup, {p.id: p for p in workload.prompts})
+    stats = SimStats(setup.num_actors)
+    recorder = None
+    layout = cfg.layout
+    devices = layout.nodes * layout.devices_per_node
+    gen_devices = devices if setup.colocated else layout.gen_nodes * layout.devices_per_node
+    if run_dir is not None:
+        from ..runtime.recorder import RunRecorder
+
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        plan.save(run_dir / "plan.json")
+        recorder = RunRecorder(run_dir, setup.num_actors, gen_devices, tensorboard=False, start=0.0)
+    try:
+        outcome = drive(core, cluster, _Fanout(stats, recorder))
+    finally:
+        if recorder is not None:
+            recorder.close()
+    result = _result(cfg, setup, workload, stats, cluster, outcome, devices, gen_devices)
+    if run_dir is not None:
+        (run_dir / "sim_result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return result
+
+
+def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome, devices, gen_devices) -> SimResult:
+    ends = stats.step_end
+    total = ends[-1] if ends else 0.0
+    iterations = [b - a for a, b in zip([0.0] + ends[:-1], ends)]
+    timings = list(cluster.timings.values())
+    busy = sum(stats.gen_busy)
+    per_instance = setup.instance.devices
+    bound, gen_bound, train_bound = lower_bounds(cfg, setup, workload)
+    consumed = sum(stats.ages.values())
+    padded = sum(t.capacity * t.decode_steps for t in timings)
+    return SimResult(
+        mode=cfg.mode.name, scheduler=cfg.scheduler.name, steps=len(ends), total_s=total,
+        iteration_s=total / max(len(ends), 1), iteration_times=iterations,
+        lower_bound_s=bound, generation_bound_s=gen_bound, training_bound_s=train_bound,
+        tokens=stats.tokens,
+        tokens_per_s_per_gen_device=stats.tokens / total / gen_devices if total else 0.0,
+        tokens_per_s_per_device=stats.tokens / total / devices if total else 0.0,
+        tokens_per_s_per_gen_device_busy=stats.tokens / (busy * per_instance) if busy else 0.0,
+        generation_idle=1.0 - busy / (total * setup.num_actors) if total else 0.0,
+        trainer_idle=1.0 - stats.train_busy / total if total else 0.0,
+        policy_age_mean=sum(k * v for k, v in stats.ages.items()) / max(consumed, 1),
+        policy_age_hist=dict(sorted(stats.ages.items())),
+        queue_mean_samples=stats.queue_area / total if total else 0.0, queue_max_samples=stats.queue_max,
+        padding_bubble=_weighted(timings, "slot_bubble", lambda t: t.capacity * t.decode_steps, padded)
+        if setup.instance.engine.batching == "static" else 0.0,
+        slot_bubble=_weighted(timings, "slot_bubble", lambda t: t.capacity * t.decode_steps, padded),
+        tail_share=sum(t.tail_s for t in timings) / max(sum(t.duration for t in timings), 1e-12),
+        num_actors=setup.num_actors, gen_devices=gen_devices, train_devices=setup.train_devices, devices=devices,
+        at_finish=outcome.summary())
+
+
+def _weighted(timings, attr: str, weight, total_weight: float) -> float:
+    if not total_weight:
+        return 0.0
+    return sum(getattr(t, attr) * weight(t) for t in timings) / total_weight
