@@ -281,6 +281,7 @@ def plot(results: dict[str, list[dict]], names: list[str], path: Path) -> None:
         axes[2].bar([k + offset for k in pooled], [v / total for v in pooled.values()], width=0.4, color=color,
                     label=name)
     for ax, key in ((axes[0], "correctness"), (axes[1], "integrity")):
+        ax.set_xticks(range(min(len(r["correctness"]) for runs in results.values() for r in runs)))
         ax.set_xlabel("epoch (same prompts every epoch)")
         ax.set_title(f"training {key} per epoch\n(band: 95 % t interval over seeds; thin: each seed)", fontsize=10)
         ax.grid(alpha=0.3)
