@@ -22,10 +22,13 @@ class UserError(Exception):
 def expected_errors() -> tuple[type[BaseException], ...]:
     from ..engines.base import EngineError
     from ..schedule.partition import ScheduleError
+    from ..sim.profiles import ProfileError
+    from ..sim.workload import WorkloadError
     from ..tasks.maze import MazeFormatError
     from ..weights.store import WeightStoreError
 
-    return (ConfigError, UserError, EngineError, MazeFormatError, ScheduleError, WeightStoreError, FileNotFoundError)
+    return (ConfigError, UserError, EngineError, MazeFormatError, ScheduleError, WeightStoreError, ProfileError,
+            WorkloadError, FileNotFoundError)
 
 
 def usage(prog: str, summary: str) -> str:

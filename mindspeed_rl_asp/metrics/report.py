@@ -117,7 +117,8 @@ def reward_plot(run_dir: Path, out: Path) -> Path:
             ax.plot(x, rolling_mean(values, 10), linewidth=2, color=color, label=f"{label} (mean of 10 steps)")
     ax.set_xlabel("seconds since start" if rows and "elapsed_s" in rows[0] else "step")
     ax.set_title("rewards over time")
-    ax.legend(fontsize="small")
+    if ax.get_legend_handles_labels()[0]:   # a simulated run has no rewards to draw
+        ax.legend(fontsize="small")
     if panels == 2:
         # Each epoch replays the same prompts: the one like-for-like learning curve of a run.
         ax = axes[0][1]

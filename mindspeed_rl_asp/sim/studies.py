@@ -1,0 +1,124 @@
+"""The paper's experiments as simulator studies: rows of config overrides, each beside
+the figure the paper reports for it (a target to compare with, never an input).
+
+A study is plain data: ``Row(label, overrides, paper)``. ``asp-simulate
+experiment=sim_<study>`` runs every row through ``sim.run.simulate`` and prints the
+simulated figures beside the paper's, with each row's zero-bubble lower bound.
+
+Paper figures (ASP, NeurIPS 2026; 8 nodes x 8 Ascend 910B3; ../shared/DESIGN.md):
+Table 3 iteration time, Qwen3-30B-A3B hybrid 927 s, verl async 536.7 s, ASP 216 s;
+Qwen3-32B 928 / 615.1 / 230.7 s; generation throughput on Qwen3-30B-A3B 18 / 44 / 58
+tokens/s/NPU. Scheduling ablation: -11 % mean iteration time. Scaling with 1, 3, 4 G
+nodes: 776, 288, 216 s. Effective policy lag with 1 T + 3 G nodes: about 3.3 steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+MODELS = {"qwen3_30b_a3b": "Qwen3-30B-A3B", "qwen3_32b": "Qwen3-32B"}
+SYSTEMS = {"hybrid": "MindSpeed-RL hybrid", "async_fifo": "verl async", "asp": "ASP"}
+PAPER_ITERATION_S = {("qwen3_30b_a3b", "hybrid"): 927.0, ("qwen3_30b_a3b", "async_fifo"): 536.7,
+                     ("qwen3_30b_a3b", "asp"): 216.0, ("qwen3_32b", "hybrid"): 928.0,
+                     ("qwen3_32b", "async_fifo"): 615.1, ("qwen3_32b", "asp"): 230.7}
+PAPER_TOKENS_PER_NPU = {("qwen3_30b_a3b", "hybrid"): 18.0, ("qwen3_30b_a3b", "async_fifo"): 44.0,
+                        ("qwen3_30b_a3b", "asp"): 58.0}
+PAPER_ABLATION = -0.11           # ASP's schedule vs none: mean iteration time change
+PAPER_SCALING_S = {1: 776.0, 3: 288.0, 4: 216.0}
+PAPER_LAG_STEPS = 3.3
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    overrides: tuple[str, ...]
+    paper: dict = field(default_factory=dict)   # metric -> the paper's figure
+    model: str = ""
+    system: str = ""
+    layout: str = ""
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    title: str
+    rows: tuple[Row, ...]
+    # Ratios the issue checks against the paper: (name, numerator label, denominator label, metric).
+    ratios: tuple[tuple[str, str, str, str], ...] = ()
+
+
+def table3() -> Study:
+    rows = []
+    for model, model_name in MODELS.items():
+        for system, system_name in SYSTEMS.items():
+            paper = {"iteration_s": PAPER_ITERATION_S[(model, system)]}
+            if (model, system) in PAPER_TOKENS_PER_NPU:
+                paper["tokens_per_s_per_npu"] = PAPER_TOKENS_PER_NPU[(model, system)]
+            layout = "ascend910b3_hybrid" if system == "hybrid" else "ascend910b3_t4g4"
+            rows.append(Row(f"{model_name} {system_name}", (f"experiment=table3_{model}_{system}",), paper,
+                            model_name, system_name, layout))
+    ratios = []
+    for model_name in MODELS.values():
+        for other in ("MindSpeed-RL hybrid", "verl async"):
+            ratios.append((f"{model_name}: {other} / ASP iteration time", f"{model_name} {other}",
+                           f"{model_name} ASP", "iteration_s"))
+    for other in ("MindSpeed-RL hybrid", "verl async"):
+        ratios.append((f"Qwen3-30B-A3B: ASP / {other} tokens/s/NPU", "Qwen3-30B-A3B ASP",
+                       f"Qwen3-30B-A3B {other}", "tokens_per_s_per_npu"))
+    return Study("table3", "Table 3: iteration time and generation throughput, 8 x 8 Ascend 910B3",
+                 tuple(rows), tuple(ratios))
+
+
+def ablation() -> Study:
+    """ASP's offline schedule against none, all else equal (async, rolling refresh, the
+    same queue): the plan's order and minibatch sizes are the only difference."""
+    rows = []
+    for model, model_name in MODELS.items():
+        base = f"experiment=table3_{model}_asp"
+        rows.append(Row(f"{model_name} ASP", (base,), {}, model_name, "ASP", "ascend910b3_t4g4"))
+        rows.append(Row(f"{model_name} ASP without schedule", (base, "scheduler=fifo", "scheduler.slack=0"),
+                        {}, model_name, "ASP, fifo plan", "ascend910b3_t4g4"))
+    ratios = tuple((f"{m}: with / without schedule iteration time", f"{m} ASP", f"{m} ASP without schedule",
+                    "iteration_s") for m in MODELS.values())
+    return Study("ablation", f"Scheduling ablation (paper: {PAPER_ABLATION:+.0%} mean iteration time)",
+                 tuple(rows), ratios)
+
+
+def scaling() -> Study:
+    """ASP on Qwen3-30B-A3B with 4 T nodes and 1..4 G nodes; the dispatch group is one
+    minibatch per instance, so ``scheduler.group_size`` follows the G nodes."""
+    rows = []
+    for g in (1, 2, 3, 4):
+        paper = {"iteration_s": PAPER_SCALING_S[g]} if g in PAPER_SCALING_S else {}
+        layout = f"ascend910b3_t4g{g}"
+        rows.append(Row(f"4 T + {g} G", ("experiment=table3_qwen3_30b_a3b_asp", f"layout={layout}",
+                                          f"scheduler.group_size={g}"), paper, "Qwen3-30B-A3B", "ASP", layout))
+    ratios = tuple((f"{g} G / 4 G iteration time", f"4 T + {g} G", "4 T + 4 G", "iteration_s") for g in (1, 3))
+    return Study("scaling", "Scaling over G nodes (Qwen3-30B-A3B, 4 T nodes)", tuple(rows), ratios)
+
+
+def lag() -> Study:
+    """The effective policy lag with 1 T + 3 G nodes. The paper's mean of 3.3 steps needs
+    a staleness bound of at least 4 (a mean cannot exceed the bound); the paper does not
+    give its bound, so 4 is the smallest consistent with it (an assumption)."""
+    # The queue holds the staleness window plus a dispatch group, so that staleness binds,
+    # not the queue: (4 x 32 + 3 x (8 + 2)) x 8 = 1264 samples.
+    overrides = ("experiment=table3_qwen3_30b_a3b_asp", "layout=ascend910b3_t1g3", "scheduler.group_size=3",
+                 "mode.max_staleness=4", "mode.queue_capacity=1264")
+    row = Row("1 T + 3 G", overrides, {"policy_age_mean": PAPER_LAG_STEPS}, "Qwen3-30B-A3B", "ASP",
+              "ascend910b3_t1g3")
+    return Study("lag", "Effective policy lag (Qwen3-30B-A3B, 1 T + 3 G nodes)", (row,))
+
+
+STUDIES = {"table3": table3, "ablation": ablation, "scaling": scaling, "lag": lag}
+
+
+def get_study(name: str) -> Study:
+    if name not in STUDIES:
+        raise KeyError(f"sim.study={name!r} is not one of {', '.join(STUDIES)}")
+    return STUDIES[name]()
+
+
+def ratio(values: dict[str, dict], num: str, den: str, metric: str) -> Optional[float]:
+    a, b = values.get(num, {}).get(metric), values.get(den, {}).get(metric)
+    return a / b if a and b else None

@@ -1,0 +1,160 @@
+"""The simulator end to end: batching models, every mode through the one loop on the
+virtual clock, the files a simulated run writes, the studies and the CLI's errors."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mindspeed_rl_asp.cli.simulate import main as simulate_main
+from mindspeed_rl_asp.config.load import load_config
+from mindspeed_rl_asp.config.schema import SimConfig
+from mindspeed_rl_asp.sim.batching import (Instance, continuous_minibatch, decode_steps_time, static_minibatch)
+from mindspeed_rl_asp.sim.costs import decode_step_time
+from mindspeed_rl_asp.sim.run import setup_from_config, simulate
+from mindspeed_rl_asp.sim.workload import LengthModel
+
+SHORT = ["steps=4", "task.num_prompts=128"]
+
+
+@functools.lru_cache(maxsize=None)
+def paper_instance(model="qwen3_30b_a3b") -> Instance:
+    return setup_from_config(load_config([f"experiment=table3_{model}_asp"])).instance
+
+
+# ---------------------------------------------------------------------- batching models
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 300), steps=st.integers(0, 400), kv0=st.integers(0, 200_000),
+       growth=st.integers(0, 300), model=st.sampled_from(["qwen3_30b_a3b", "qwen3_32b"]))
+def test_closed_form_step_sum_equals_the_sum_of_steps(batch, steps, kv0, growth, model):
+    inst = paper_instance(model)
+    direct = sum(decode_step_time(inst.model, inst.hardware, inst.engine, inst.devices, batch, kv0 + j * growth)
+                 for j in range(steps))
+    assert decode_steps_time(inst, batch, steps, kv0, growth) == pytest.approx(direct, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=40), prompt=st.integers(16, 400))
+def test_continuous_batching_is_never_slower_than_static(lengths, prompt):
+    """With room for every row, continuous batching runs the same steps as static with
+    finished rows dropped, so it can only be faster; both bubbles are shares."""
+    inst = paper_instance()
+    prompts = [prompt] * len(lengths)
+    static, cont = static_minibatch(inst, prompts, lengths), continuous_minibatch(inst, prompts, lengths)
+    assert cont.duration <= static.duration * (1 + 1e-9)
+    assert static.slot_bubble == pytest.approx(1 - sum(lengths) / (len(lengths) * max(lengths)))
+    assert 0.0 <= cont.slot_bubble <= 1.0 and 0.0 <= cont.tail_s <= cont.duration
+    assert static.decode_steps == cont.decode_steps == max(lengths) - 1
+
+
+def test_continuous_batching_refills_slots_up_to_max_num_seqs():
+    inst = dataclasses.replace(paper_instance(), engine=dataclasses.replace(paper_instance().engine, max_num_seqs=2))
+    # Four sequences, two slots: 10 and 10 run first, then 10 and 10: 19 + 10 decode steps... the
+    # second pair's first tokens come from their prefill, so 9 + 9 steps after the first 9.
+    timing = continuous_minibatch(inst, [16] * 4, [10, 10, 10, 10])
+    assert timing.decode_steps == 18 and timing.capacity == 2 and timing.slot_bubble == pytest.approx(0.0)
+
+
+def test_kv_capacity_holds_back_sequences_until_one_finishes():
+    inst = paper_instance()
+    tight = dataclasses.replace(inst, kv_capacity_tokens=2 * (16 + 50))
+    timing = continuous_minibatch(tight, [16] * 3, [50, 50, 50])
+    assert timing.decode_steps == 49 + 49   # two at once, then the third
+
+
+# ---------------------------------------------------------------------- whole runs
+@pytest.mark.parametrize("experiment", ["table3_qwen3_30b_a3b_hybrid", "table3_qwen3_30b_a3b_async_fifo",
+                                        "table3_qwen3_30b_a3b_asp", "table3_qwen3_32b_asp"])
+def test_every_mode_simulates_deterministically_within_its_bounds(experiment):
+    cfg = load_config([f"experiment={experiment}", *SHORT])
+    first, again = simulate(cfg), simulate(cfg)
+    assert first.to_dict() == again.to_dict()
+    assert first.steps == 4 and len(first.iteration_times) == 4
+    assert first.iteration_s >= first.lower_bound_s > 0
+    assert max(first.policy_age_hist) <= cfg.mode.max_staleness
+    assert sum(first.policy_age_hist.values()) == 4 * cfg.rl.global_batch_size
+    assert 0 <= first.generation_idle <= 1 and 0 <= first.trainer_idle <= 1
+    if cfg.mode.name == "hybrid":
+        assert first.policy_age_hist == {0: 4 * cfg.rl.global_batch_size} and first.num_actors == 8
+    else:
+        assert first.num_actors == 4 and first.train_devices == 32
+
+
+def test_a_simulated_run_writes_what_a_real_run_writes_and_asp_report_draws_it(tmp_path):
+    from mindspeed_rl_asp.metrics.report import make_report
+
+    cfg = load_config(["experiment=table3_qwen3_30b_a3b_asp", *SHORT])
+    result = simulate(cfg, tmp_path)
+    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    assert sum(m["iteration_time_s"] for m in metrics) == pytest.approx(result.total_s)
+    spans = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert {s["kind"] for s in spans} >= {"generate", "train", "publish"}
+    assert all(0 <= s["start"] <= s["end"] <= result.total_s + 1e-9 for s in spans if s["kind"] != "generate")
+    assert json.loads((tmp_path / "sim_result.json").read_text())["steps"] == 4
+    assert {p.name for p in make_report(tmp_path)} == {"timeline.png", "queue.png", "rewards.png"}
+
+
+def test_global_refresh_pauses_every_actor_until_all_hold_the_version(tmp_path):
+    """verl's sync: a Generate with version v starts only after every actor has loaded v;
+    rolling refresh (ASP) lets an actor generate while another still loads."""
+    def gaps(overrides, path):
+        simulate(load_config(["experiment=table3_qwen3_30b_a3b_asp", *SHORT, *overrides]), path)
+        spans = [json.loads(x) for x in (path / "timeline.jsonl").read_text().splitlines()]
+        loaded = {}
+        for s in spans:
+            if s["kind"] == "load_weights":
+                v = int(s["label"][1:])
+                loaded[v] = max(loaded.get(v, 0.0), s["end"])
+        return [s["start"] - loaded[s["info"]["version"]] for s in spans
+                if s["kind"] == "generate" and s["info"]["version"] in loaded]
+
+    global_gaps = gaps(["mode.refresh=global"], tmp_path / "global")
+    rolling_gaps = gaps([], tmp_path / "rolling")
+    assert global_gaps and min(global_gaps) >= -1e-9
+    assert min(rolling_gaps) < 0     # somebody generated while another actor was still loading
+
+
+def test_sim_config_defaults_are_the_length_model_defaults():
+    model = LengthModel()
+    for f in dataclasses.fields(SimConfig):
+        if hasattr(model, f.name):
+            assert getattr(SimConfig(), f.name) == getattr(model, f.name), f.name
+
+
+# ---------------------------------------------------------------------- the command
+def test_the_table3_study_prints_the_paper_beside_every_row(tmp_path, capsys):
+    assert simulate_main(["experiment=sim_table3", f"run_dir={tmp_path}", "steps=3"]) == 0
+    out = capsys.readouterr().out
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert [r["paper"]["iteration_s"] for r in study["rows"]] == [927.0, 536.7, 216.0, 928.0, 615.1, 230.7]
+    assert all(r["simulated"]["steps"] == 3 for r in study["rows"])
+    assert all(q["simulated"] and q["paper"] for q in study["ratios"])
+    assert "| Qwen3-30B-A3B ASP |" in out and (tmp_path / "study.png").is_file()
+    assert (tmp_path / "qwen3-30b-a3b-asp" / "timeline.jsonl").is_file()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["hardware.hbm_bandwidth_gbs=0"], "hardware.hbm_bandwidth_gbs=0.0 must be > 0"),
+    (["layout.infer_instance_size=1"], "layout.infer_instance_size=1"),
+    (["engine.batching=paged"], "engine.batching='paged' is not one of"),
+    (["sim.sigma_prompt=0"], "sigma_prompt"),
+])
+def test_bad_profiles_are_one_clear_error(tmp_path, capsys, overrides, message):
+    code = simulate_main(["experiment=table3_qwen3_32b_asp", f"run_dir={tmp_path / 'r'}", *overrides])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bad_lengths_file_names_the_line(tmp_path, capsys):
+    bad = tmp_path / "lengths.jsonl"
+    bad.write_text('{"id": "a", "lengths": [3, 4]}\n{"id": "b", "lengths": [-1, 4]}\n')
+    code = simulate_main(["experiment=table3_qwen3_30b_a3b_asp", f"run_dir={tmp_path / 'r'}",
+                          f"sim.lengths_file={bad}", "steps=1", "rl.global_batch_size=2", "rl.mini_batch_size=2", "scheduler.base_batch_size=2",
+                          "scheduler.slack=0", "scheduler.group_size=1", "mode.queue_capacity=64"])
+    err = capsys.readouterr().err
+    assert code == 2 and ":2" in err, err
