@@ -79,7 +79,7 @@ def run_study(name: str, extra: list[str], run_dir: Path) -> int:
         for key, what in ([(metric, "")] if metric != "tokens_per_s_per_npu" else
                           [(f"tokens_per_s_{d}", f" ({label})") for d, label in _token_keys()]):
             sim = ratio(values, num, den, key)
-            target = ratio(paper, num, den, metric)
+            target = study.paper_ratios.get(title) or ratio(paper, num, den, metric)
             ratios.append({"ratio": title + what, "simulated": sim, "paper": target,
                            "error": (sim / target - 1.0) if sim and target else None})
     table = {"study": study.name, "title": study.title, "rows": rows, "ratios": ratios}
