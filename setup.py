@@ -48,6 +48,7 @@ setup(
             "asp-train=mindspeed_rl_asp.cli.train:main",
             "asp-report=mindspeed_rl_asp.cli.report:main",
             "asp-launch=mindspeed_rl_asp.cli.launch:main",
+            "asp-plan-layout=mindspeed_rl_asp.cli.plan_layout:main",
             "asp-simulate=mindspeed_rl_asp.cli.simulate:main",
         ]
     },
