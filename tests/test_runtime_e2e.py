@@ -32,12 +32,14 @@ def read_jsonl(path):
     # The full system also runs the KL term and the held-out comparison.
     ("mode=async", "scheduler=asp", "scheduler.slack=1", "algo.kl_coef=0.05", "eval.num_prompts=6",
      "eval.samples_per_prompt=2"),
-    ("mode=async", "scheduler=fifo", "scheduler.slack=0"),
+    # verl's global weight sync, and overshoot drained instead of cancelled.
+    ("mode=async", "scheduler=fifo", "scheduler.slack=0", "mode.refresh=global", "mode.at_finish=drain"),
     ("mode=hybrid", "scheduler=fifo", "scheduler.slack=0"),
 ])
 def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     cfg, run_dir, summary = run(tmp_path, *overrides)
     assert summary["steps"] == 2
+    assert summary["at_finish"]["at_finish"] == cfg.mode.at_finish and not summary["at_finish"]["interrupted"]
     consumed = summary["consumed_prompt_ids"]
     assert len(consumed) == len(set(consumed)) == 2 * cfg.rl.global_batch_size
     rows = read_jsonl(run_dir / "metrics.jsonl")
