@@ -15,6 +15,7 @@ Standard library only: the simulator and its tests must run without torch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
 GIB = 2**30
@@ -67,62 +68,62 @@ class ModelProfile:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
 
-    @property
+    @cached_property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
+    @cached_property
     def attention_params_per_layer(self) -> int:
         q_dim = self.num_attention_heads * self.head_dim
         kv_dim = self.num_key_value_heads * self.head_dim
         projections = self.hidden_size * q_dim + 2 * self.hidden_size * kv_dim + q_dim * self.hidden_size
         return projections + 2 * self.head_dim  # q_norm and k_norm
 
-    @property
+    @cached_property
     def norm_params_per_layer(self) -> int:
         return 2 * self.hidden_size  # input_layernorm, post_attention_layernorm
 
-    @property
+    @cached_property
     def params_per_expert(self) -> int:
         """One SwiGLU expert (gate, up, down); 0 for a dense model."""
         return 3 * self.hidden_size * self.moe_intermediate_size if self.is_moe else 0
 
-    @property
+    @cached_property
     def ffn_params_per_layer(self) -> int:
         """The FFN weights every token reads: the dense MLP, or the MoE router alone."""
         if self.is_moe:
             return self.hidden_size * self.num_experts
         return 3 * self.hidden_size * self.intermediate_size
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
-    @property
+    @cached_property
     def lm_head_params(self) -> int:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
-    @property
+    @cached_property
     def dense_params(self) -> int:
         """Non-expert parameters: everything every token uses (embeddings included)."""
         per_layer = self.attention_params_per_layer + self.norm_params_per_layer + self.ffn_params_per_layer
         return self.num_layers * per_layer + self.hidden_size + self.embedding_params + self.lm_head_params
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         return self.num_layers * self.num_experts * self.params_per_expert
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         return self.dense_params + self.expert_params
 
-    @property
+    @cached_property
     def active_params(self) -> int:
         """Parameters one token uses: the dense part plus ``num_experts_per_tok`` experts
         per layer (the definition behind Qwen's "3.3B activated")."""
         return self.dense_params + self.num_layers * self.num_experts_per_tok * self.params_per_expert
 
-    @property
+    @cached_property
     def matmul_params(self) -> int:
         """Active parameters that take part in a matrix multiply, i.e. FLOPs / (2 x token).
 
@@ -133,20 +134,20 @@ class ModelProfile:
         lookup_only = 0 if self.tie_word_embeddings else self.embedding_params
         return self.active_params - lookup_only
 
-    @property
+    @cached_property
     def weight_bytes(self) -> int:
         return self.total_params * self.dtype_bytes
 
-    @property
+    @cached_property
     def dense_weight_bytes(self) -> int:
         return self.dense_params * self.dtype_bytes
 
-    @property
+    @cached_property
     def expert_bytes(self) -> int:
         """Bytes of one expert of one layer."""
         return self.params_per_expert * self.dtype_bytes
 
-    @property
+    @cached_property
     def kv_bytes_per_token(self) -> int:
         """Key and value of every layer, cached in the model dtype:
         2 x layers x kv_heads x head_dim x bytes."""
