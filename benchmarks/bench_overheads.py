@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mindspeed_rl_asp.control.clusters import OrderedCluster, random_chooser  # noqa: E402
 from mindspeed_rl_asp.control.core import ControlConfig, ControlCore  # noqa: E402
-from mindspeed_rl_asp.control.loop import Loop, Observer, drive  # noqa: E402
+from mindspeed_rl_asp.control.loop import Fanout, Loop, Observer, drive  # noqa: E402
 from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def simulate_control(num_prompts: int, seed: int, num_actors: int = 4, global_ba
         setattr(core, name, timed)
     cluster = OrderedCluster(random_chooser(seed, fail_rate=failure_rate, max_failures=num_prompts))
     actions = _Counter()
-    drive(core, cluster, _Both(_QueueSampler(), actions))
+    drive(core, cluster, Fanout(_QueueSampler(), actions))
     return {"lat": lat, "steps": core.total_steps, "actions": actions.count,
             "minibatches": sum(len(g) for g in plan.groups)}
 
@@ -142,19 +142,6 @@ class _Counter(Observer):
 
     def submitted(self, action, t) -> None:
         self.count += 1
-
-
-class _Both(Observer):
-    def __init__(self, *observers: Observer) -> None:
-        self.observers = observers
-
-    def submitted(self, action, t) -> None:
-        for o in self.observers:
-            o.submitted(action, t)
-
-    def observed(self, event, core, t) -> None:
-        for o in self.observers:
-            o.observed(event, core, t)
 
 
 def bench_control(num_prompts: int, repeats: int) -> dict:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from .core import Action, ControlCore, Finish, Generate, LoadWeights, Publish, TrainStep
 
-__all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Outcome", "Loop", "drive",
+__all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Fanout", "Outcome", "Loop", "drive",
            "apply_event", "TrainerFailed", "ControlDeadlock"]
 
 
@@ -75,6 +75,25 @@ class Observer:
     def observed(self, event: Event, core: ControlCore, t: float) -> None: ...
 
     def finished(self, outcome: "Outcome", core: ControlCore, t: float) -> None: ...
+
+
+class Fanout(Observer):
+    """Several observers as one (``None`` entries are skipped), called in order."""
+
+    def __init__(self, *observers: Optional[Observer]) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def submitted(self, action: Action, t: float) -> None:
+        for o in self.observers:
+            o.submitted(action, t)
+
+    def observed(self, event: Event, core: ControlCore, t: float) -> None:
+        for o in self.observers:
+            o.observed(event, core, t)
+
+    def finished(self, outcome: "Outcome", core: ControlCore, t: float) -> None:
+        for o in self.observers:
+            o.finished(outcome, core, t)
 
 
 @dataclass

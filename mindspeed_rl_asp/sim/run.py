@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
-from ..control.loop import Done, Observer, drive
+from ..control.loop import Done, Fanout, Observer, drive
 from .batching import Instance, full_batch_token_rate
 from .cluster import SimCluster, SimSetup
 from .costs import kv_capacity_tokens, training_time
@@ -104,23 +104,6 @@ class SimStats(Observer):
         self._last_t = t
         self._queue_level = core.snapshot().queued_samples
         self.queue_max = max(self.queue_max, self._queue_level)
-
-
-class _Fanout(Observer):
-    def __init__(self, *observers: Observer) -> None:
-        self.observers = [o for o in observers if o is not None]
-
-    def submitted(self, action, t) -> None:
-        for o in self.observers:
-            o.submitted(action, t)
-
-    def observed(self, event, core, t) -> None:
-        for o in self.observers:
-            o.observed(event, core, t)
-
-    def finished(self, outcome, core, t) -> None:
-        for o in self.observers:
-            o.finished(outcome, core, t)
 
 
 @dataclass
@@ -212,7 +195,7 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
         plan.save(run_dir / "plan.json")
         recorder = RunRecorder(run_dir, setup.num_actors, gen_devices, tensorboard=False, start=0.0)
     try:
-        outcome = drive(core, cluster, _Fanout(stats, recorder))
+        outcome = drive(core, cluster, Fanout(stats, recorder))
     finally:
         if recorder is not None:
             recorder.close()
