@@ -43,12 +43,19 @@ def _prepare_device(device: str, num_threads: int):
 
 
 def load_tokenizer(path: str | Path):
-    """The tokenizer of a local checkpoint directory, padding on the left (generation
-    batches prompts; ``pad_batch`` lays them out the same way)."""
-    from transformers import PreTrainedTokenizerFast
+    """The tokenizer of a local checkpoint directory (whatever class its
+    tokenizer_config.json names: the tiny policy's, Qwen2's, ...), padding on the left
+    (generation batches prompts; ``pad_batch`` lays them out the same way). A tokenizer
+    without a pad token pads with its end-of-text token (only masked positions hold it)."""
+    from transformers import AutoTokenizer
 
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise EngineError(f"the tokenizer at {path} has neither a pad nor an end-of-text token; "
+                              "set eos_token in its tokenizer_config.json")
+        tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
