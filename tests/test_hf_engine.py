@@ -141,3 +141,26 @@ def test_reference_policy_stays_at_the_starting_weights(random_policy_dir, train
     assert sum(moved) > sum(start) + 0.1  # the trainer learnt the responses
     assert flat(reference.logprobs(prompts[:3], responses)) == pytest.approx(start, abs=1e-5)  # the reference did not
     assert not any(p.requires_grad for p in reference.model.parameters())
+
+
+def test_sampled_logprobs_equal_hf_processed_scores(generator, prompts):
+    """The recorder keeps one step's log-softmax, yet gives what HF's own warpers and
+    ``output_scores`` give (same samples for the same seed, same log-probs), with
+    temperature, top-k and top-p all active."""
+    from transformers import GenerationConfig
+
+    sampling = SamplingParams(max_tokens=30, temperature=0.7, top_k=5, top_p=0.9, seed=11)
+    out = generator.generate(prompts[:3], sampling)
+    input_ids, attention, _, _ = pad_batch(prompts[:3], [[] for _ in range(3)], generator.pad_id)
+    torch.manual_seed(11)
+    with torch.no_grad():
+        ref = generator.model.generate(
+            input_ids=input_ids, attention_mask=attention, generation_config=GenerationConfig(
+                do_sample=True, temperature=0.7, top_k=5, top_p=0.9, max_new_tokens=30,
+                pad_token_id=generator.pad_id, eos_token_id=generator.eos_id, return_dict_in_generate=True,
+                output_scores=True))
+    generated = ref.sequences[:, input_ids.shape[1]:]
+    chosen = torch.log_softmax(torch.stack(ref.scores, 1).float(), -1).gather(-1, generated.unsqueeze(-1))[..., 0]
+    for i, (response, logprobs) in enumerate(zip(out.response_ids, out.response_logprobs)):
+        assert generated[i, :len(response)].tolist() == response
+        assert torch.allclose(torch.tensor(logprobs), chosen[i, :len(response)], atol=1e-6)

@@ -6,6 +6,10 @@ way (prompts left-padded, responses right-padded, positions counted from the fir
 token) and both read ``log_softmax(logits / temperature)``; sampling disables HF's
 default top-k (50), which would otherwise make the sampler's distribution differ from
 the one the trainer evaluates.
+
+Sampling keeps the log-prob of the sampled token only: a logits processor placed last in
+the chain holds one step's log-softmax and reads the sampled token off the next step's
+input, so memory is [batch, vocab], never [batch, steps, vocab] (``output_scores``).
 """
 from __future__ import annotations
 
@@ -132,6 +136,55 @@ def response_logprobs(model, prompt_ids, response_ids, pad_id: int, temperature:
     return [v[m].tolist() for v, m in zip(values.cpu(), mask.cpu())]
 
 
+def _warpers(sampling: SamplingParams) -> list:
+    """Temperature, top-k, top-p as HF applies them (same order), or none where neutral."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers = []
+    if sampling.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k > 0:
+        warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
+    if sampling.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
+    return warpers
+
+
+def _sampled_token_logprobs():
+    """A logits processor, last in the chain, that records log p(sampled token) per step.
+
+    At step t it holds log_softmax of the scores the sampler draws from; at step t+1 the
+    token drawn at t is the last column of ``input_ids`` and its log-prob is gathered;
+    ``finish(sequences)`` gathers the last step's. One [batch, vocab] buffer at a time."""
+    import torch
+    from transformers import LogitsProcessor
+
+    class SampledTokenLogprobs(LogitsProcessor):
+        def __init__(self):
+            self.previous = None
+            self.chosen: list = []
+
+        def _take(self, tokens):
+            self.chosen.append(self.previous.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+
+        def __call__(self, input_ids, scores):
+            if self.previous is not None:
+                self._take(input_ids[:, -1])
+            self.previous = torch.log_softmax(scores.float(), dim=-1)
+            return scores
+
+        def finish(self, sequences):
+            """[batch, generated steps] log-probs of the sampled tokens."""
+            if self.previous is not None:
+                self._take(sequences[:, -1])
+                self.previous = None
+            if not self.chosen:
+                return torch.zeros((sequences.shape[0], 0))
+            return torch.stack(self.chosen, dim=1)
+
+    return SampledTokenLogprobs()
+
+
 class HFReferencePolicy:
     """A frozen copy of the starting policy, for the KL term of GRPO (``algo.kl_coef > 0``)."""
 
@@ -157,28 +210,31 @@ class HFGenerationEngine:
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> GenerationOutput:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
             raise EngineError("generate() needs a non-empty list of non-empty prompts")
         start = time.time()
         input_ids, attention, _, _ = pad_batch(prompt_ids, [[] for _ in prompt_ids], self.pad_id)
         device = next(self.model.parameters()).device
+        # The warpers go into our own processor list so that the recorder runs after them
+        # (HF appends its own warpers after custom processors); HF's are all neutral here.
+        recorder = _sampled_token_logprobs()
+        processors = LogitsProcessorList(_warpers(sampling) + [recorder])
         config = GenerationConfig(
-            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
             max_new_tokens=sampling.max_tokens, pad_token_id=self.pad_id, eos_token_id=self.eos_id,
-            return_dict_in_generate=True, output_scores=True,
+            return_dict_in_generate=True, output_scores=False,
         )
         if sampling.seed is not None:
             torch.manual_seed(sampling.seed)
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config,
+                logits_processor=processors,
             )
         generated = out.sequences[:, input_ids.shape[1]:].cpu()
-        # scores are the processed logits the sampler drew from (temperature, top-p/k applied).
-        scores = torch.stack(out.scores, dim=1).float().cpu()
-        chosen = torch.log_softmax(scores, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+        chosen = recorder.finish(out.sequences).cpu()
         responses, logprobs, finished = [], [], []
         for row, row_logprobs in zip(generated.tolist(), chosen.tolist()):
             end = row.index(self.eos_id) + 1 if self.eos_id in row else len(row)
