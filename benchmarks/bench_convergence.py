@@ -4,9 +4,10 @@ at ``mode.max_staleness=3``, same sample budget, several seeds. Not a test.
 Prints markdown tables (pasted into docs/benchmarks.md, "Convergence under bounded
 staleness")::
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_convergence.py --seeds 0,1,2 --keep runs/bench_convergence \
-        --plot runs/bench_convergence.png      # ~12 min on 2 shared cores
-    HF_HUB_OFFLINE=1 python benchmarks/bench_convergence.py --quick     # ~2 min, for development
+    HF_HUB_OFFLINE=1 python benchmarks/bench_convergence.py --seeds 0,1,2 --eval-prompts 64 --eval-samples 2 \
+        --keep runs/bench_convergence --plot runs/bench_convergence.png
+        # ~25 min on a quiet 2-core machine (extrapolated from --quick); 41 min measured at load 2 to 14
+    HF_HUB_OFFLINE=1 python benchmarks/bench_convergence.py --quick     # ~3 min, for development
     HF_HUB_OFFLINE=1 python benchmarks/bench_convergence.py --reuse runs/bench_convergence --seeds 0,1,2   # re-read
 
 The two modes, with the same seeds, the same prompts and the same sample budget (``steps``
