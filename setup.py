@@ -33,6 +33,9 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "tensorboard>=2.16",
+        # task=dataset reads jsonl / parquet with `datasets`; the math rewards verify with math-verify.
+        "datasets>=2.19",
+        "math-verify>=0.7",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],

@@ -24,10 +24,11 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from ..schedule.partition import ScheduleError
     from ..sim.profiles import ProfileError
     from ..sim.workload import WorkloadError
+    from ..tasks.base import TaskError
     from ..tasks.maze import MazeFormatError
     from ..weights.store import WeightStoreError
 
-    return (ConfigError, UserError, EngineError, MazeFormatError, ScheduleError, WeightStoreError, ProfileError,
+    return (ConfigError, UserError, EngineError, MazeFormatError, TaskError, ScheduleError, WeightStoreError, ProfileError,
             WorkloadError, FileNotFoundError)
 
 

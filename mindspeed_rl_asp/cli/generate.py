@@ -1,4 +1,4 @@
-"""``asp-generate``: sample the policy on maze prompts and print the rewards.
+"""``asp-generate``: sample the policy on the task's prompts and print the rewards.
 
 Writes ``config.yaml``, ``samples.jsonl`` (every response with its scores) and
 ``summary.json`` into the run directory.
@@ -9,23 +9,27 @@ import json
 from collections import defaultdict
 from dataclasses import asdict
 
-SUMMARY = "Sample the policy on maze prompts (task.*), score the responses and print the rewards."
+SUMMARY = "Sample the policy on the task's prompts (task.*), score the responses and print the rewards."
 
 
 def rewards_table(samples) -> "Table":
     from rich.table import Table
 
-    by_size = defaultdict(list)
+    from ..tasks.base import group_label
+
+    by_group = defaultdict(list)
     for s in samples:
-        by_size[s.maze_size].append(s)
-    table = Table(title="maze rewards by size")
-    for column in ("size", "samples", "integrity", "correctness", "mean reward", "median length"):
+        by_group[s.group].append(s)
+    mazes = all(isinstance(k, int) for k in by_group)
+    table = Table(title="maze rewards by size" if mazes else "rewards by group")
+    for column in ("size" if mazes else "group", "samples", "integrity", "correctness", "mean reward",
+                   "median length"):
         table.add_column(column, justify="right")
-    for size in sorted(by_size) + ["all"]:
-        rows = samples if size == "all" else by_size[size]
+    for key in sorted(by_group) + [None]:
+        rows = samples if key is None else by_group[key]
         lengths = sorted(s.response_length for s in rows)
         n = len(rows)
-        table.add_row(str(size) if size == "all" else f"{size}x{size}", str(n),
+        table.add_row("all" if key is None else group_label(key), str(n),
                       f"{sum(s.integrity for s in rows) / n:.2f}", f"{sum(s.correctness for s in rows) / n:.2f}",
                       f"{sum(s.reward for s in rows) / n:.3f}", str(lengths[n // 2]))
     return table
@@ -39,14 +43,16 @@ def generate(cfg) -> int:
     from ..config.validate import resolve_model_path
     from ..engines.base import SamplingParams
     from ..engines.registry import make_generation_engine
+    from ..engines.hf import load_tokenizer
     from ..policy.evaluate import sample_and_score
-    from ..tasks import make_task_prompts, reward_weights
+    from ..schedule.configured import configured_task
 
     console = Console()
-    run_dir = make_run_dir(cfg, "generate")
     model_path = resolve_model_path(cfg.model.path)
-    prompts = make_task_prompts(cfg.task)
-    console.print(f"[bold]asp-generate[/] {cfg.model.name} on {len(prompts)} maze prompts "
+    the_task = configured_task(cfg, load_tokenizer(model_path))  # before the run directory: bad input writes nothing
+    prompts = the_task.prompts
+    run_dir = make_run_dir(cfg, "generate")
+    console.print(f"[bold]asp-generate[/] {model_path.name} on {len(prompts)} prompts ({the_task.description}) "
                   f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}; run dir {run_dir}")
     engine = make_generation_engine(cfg.engine, str(model_path))
     total = len(prompts) * cfg.rl.n_samples_per_prompt
@@ -57,7 +63,7 @@ def generate(cfg) -> int:
             progress.update(task, completed=done, description=f"generating ({tokens_per_second:,.0f} tok/s)")
 
         samples, summary = sample_and_score(
-            engine, engine.tokenizer, prompts, SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.seed), reward_weights(cfg.task),
+            engine, engine.tokenizer, prompts, SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.seed), the_task,
             n_samples_per_prompt=cfg.rl.n_samples_per_prompt, batch_size=cfg.engine.max_num_seqs, on_batch=on_batch,
         )
     with open(run_dir / "samples.jsonl", "w", encoding="utf-8") as f:

@@ -5,8 +5,8 @@
 
 ``input`` is a JSONL file of ``{"id": ..., "predicted_length": ...}``. Without ``input``
 the prompts of the ``task`` config are planned with ``scheduler.predictor=reference``
-(the length of each maze's reference solution). ``output`` defaults to
-``<run_dir>/plan.json``.
+(the length of each prompt's reference response: a maze's reference solution, a
+dataset's ``task.reference_key`` field). ``output`` defaults to ``<run_dir>/plan.json``.
 """
 from __future__ import annotations
 

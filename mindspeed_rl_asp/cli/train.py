@@ -5,6 +5,8 @@
     asp-train mode=hybrid scheduler=fifo        # MindSpeed-RL-style colocated baseline
     asp-train steps=20 run_dir=runs/mine        # length and place of the run
     asp-train --dry-run                         # print the placement and the plan, run nothing
+    asp-train task=dataset task.path=train.jsonl task.verifier_function=[math_verify] model.path=DIR
+                                                # a user's data, reward and Hugging Face checkpoint
 
 Writes config.yaml, plan.json, placement.txt, metrics.jsonl, tensorboard/, timeline.jsonl,
 queue.jsonl and summary.json into the run directory; ``asp-report RUN_DIR`` draws them.
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import sys
 
-SUMMARY = "Train the policy with asynchronous GRPO (mode=async|hybrid, scheduler=asp|fifo|sorted) on Ray."
+SUMMARY = ("Train the policy with asynchronous GRPO (mode=async|hybrid, scheduler=asp|fifo|sorted) on Ray, on a "
+           "task (task=maze|dataset|maze_dataset) with model.path any local Qwen2/Qwen3 checkpoint.")
 
 
 def train(cfg, dry_run: bool = False) -> int:
@@ -24,25 +27,43 @@ def train(cfg, dry_run: bool = False) -> int:
     from ..config.load import make_run_dir
     from ..runtime.placement import plan_placement
 
+    from ..schedule.configured import configured_task
+
     console = Console()
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name)
+    # The task first: a bad file, field, row or reward stops here, before the run directory exists.
+    # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
+    # loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).
+    tokenizer = None
+    if not dry_run:
+        from ..config.validate import resolve_model_path
+        from ..engines.hf import load_tokenizer
+
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
+    task = configured_task(cfg, tokenizer, training=True)
+    num_prompts = len(task.prompts)
+    if task.skipped:
+        console.print(f"task: skipped {len(task.skipped)} prompt(s) longer than rl.max_prompt_length="
+                      f"{cfg.rl.max_prompt_length} tokens (first: {task.skipped[0]}); "
+                      "task.filter_overlong_prompts=false refuses them instead")
     if dry_run:
         from ..runtime.planning import make_control_core, plan_run
-        from ..tasks import make_task_prompts
 
-        plan, epochs, minibatches = plan_run(cfg, make_task_prompts(cfg.task))
+        plan, epochs, minibatches = plan_run(cfg, task.prompts)
         make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
         console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
+        console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
-                      f"{epochs} epoch(s) over {cfg.task.num_prompts} prompts for {cfg.steps} steps")
+                      f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
         return 0
     from ..runtime.driver import run_training
 
     run_dir = make_run_dir(cfg, "train")
-    epochs = cfg.steps * cfg.rl.global_batch_size / cfg.task.num_prompts
+    epochs = cfg.steps * cfg.rl.global_batch_size / num_prompts
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "
                   f"layout={cfg.layout.name} ({len(placement.generators)} generation actors), "
-                  f"{cfg.steps} steps ({epochs:.2g} passes over {cfg.task.num_prompts} prompts); run dir {run_dir}")
+                  f"{cfg.steps} steps ({epochs:.2g} passes over {num_prompts} prompts: {task.description}); "
+                  f"run dir {run_dir}")
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, console=console) as progress:
@@ -66,15 +87,16 @@ def train(cfg, dry_run: bool = False) -> int:
                 checking = progress.add_task("final check", total=total, info="", unit="samples")
             progress.update(checking, completed=done, total=total, info=f"sampling {what}")
 
-        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval)
+        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task)
     by_epoch = summary.get("on_policy_correctness_by_epoch", [])
     if len(by_epoch) > 1:
         console.print("on-policy correctness per epoch (the same prompts each epoch): " + "  ".join(
             f"{e['epoch']}: {e['correctness']:.3f}" for e in by_epoch if e["complete"]) + "".join(
             f"; epoch {e['epoch']} is partial ({e['samples']} samples) and not comparable"
             for e in by_epoch if not e["complete"]))
-    for key, title in (("training_prompts", "training prompts (seen in training)"),
-                       ("held_out", f"held-out mazes (eval.seed={cfg.eval.seed})")):
+    held_out_title = (f"held-out mazes (eval.seed={cfg.eval.seed})" if cfg.task.name == "maze"
+                      else f"held-out prompts ({cfg.task.eval_path})")
+    for key, title in (("training_prompts", "training prompts (seen in training)"), ("held_out", held_out_title)):
         if key in summary:
             print_comparison(console, title, summary[key], cfg.eval.samples_per_prompt)
     console.print(f"done: {summary['steps']} steps in {summary['wall_time_s']:.1f} s; "
@@ -83,17 +105,24 @@ def train(cfg, dry_run: bool = False) -> int:
 
 
 def print_comparison(console, title: str, comparison: dict, samples_per_prompt: int) -> None:
-    """Initial vs final policy per maze size, then the paired change with its 95 % interval."""
+    """Initial vs final policy per group (maze size), then the paired change with its 95 % interval."""
     from rich.table import Table
 
+    from ..tasks.base import group_label
+
     initial, final = comparison["initial"], comparison["final"]
+
+    def groups(r):
+        return r["by_group"] if "by_group" in r else r.get("by_size", {})
+
     prompts = comparison["change"]["correctness"]["prompts"]
-    table = Table(title=f"{title}: {prompts} prompts x {samples_per_prompt} samples, correctness by maze size")
-    for column in ("policy", "integrity", "correctness", *(f"{k}x{k}" for k in initial["by_size"])):
+    by = "maze size" if all(isinstance(k, int) for k in groups(initial)) else "group"
+    table = Table(title=f"{title}: {prompts} prompts x {samples_per_prompt} samples, correctness by {by}")
+    for column in ("policy", "integrity", "correctness", *(group_label(k) for k in groups(initial))):
         table.add_column(column, justify="right")
     for name, r in (("initial", initial), ("final", final)):
         table.add_row(name, f"{r['integrity_rate']:.3f}", f"{r['correctness_rate']:.3f}",
-                      *(f"{v['correctness_rate']:.2f}" for v in r["by_size"].values()))
+                      *(f"{v['correctness_rate']:.2f}" for v in groups(r).values()))
     console.print(table)
     for key, c in comparison["change"].items():
         low, high = c["ci95"]

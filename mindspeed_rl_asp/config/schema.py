@@ -12,7 +12,7 @@ Keys that MindSpeed-RL users know keep MindSpeed-RL's names: ``global_batch_size
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from ..algo.grpo import GRPOLossKeys
 
@@ -21,7 +21,7 @@ ENGINES = ("hf", "vllm", "mindspeed")
 MODES = ("async", "hybrid")
 SCHEDULERS = ("asp", "fifo", "sorted")
 PREDICTORS = ("reference", "history", "ridge", "lm")
-TASKS = ("maze",)
+TASKS = ("maze", "dataset")
 
 
 @dataclass
@@ -163,9 +163,18 @@ class ModeConfig:
 
 @dataclass
 class TaskConfig:
-    """The prompt set. ``maze``: AlphaMaze-format mazes from randomized DFS."""
+    """The prompt set and its rewards (docs/tasks.md). ``maze``: AlphaMaze-format mazes from
+    randomized DFS; ``dataset``: prompts from a jsonl or parquet file.
+
+    Rewards keep MindSpeed-RL's keys: ``verifier_function`` lists reward names (from the
+    registry in tasks/rewards.py, or ``package.module:function``), ``verifier_weight`` one
+    weight each (empty: 1.0 each). Empty ``verifier_function`` on ``maze``: the project's
+    integrity and correctness with ``integrity_weight`` / ``correctness_weight`` (or, with
+    ``prompt_format=alphamaze``, the original AlphaMaze rewards).
+    """
 
     name: str = "maze"
+    # maze: how many to generate; dataset: the first this many rows that fit (0: all).
     num_prompts: int = 512
     seed: int = 0
     min_size: int = 3
@@ -173,6 +182,26 @@ class TaskConfig:
     size_decay: float = 0.6
     integrity_weight: float = 0.2
     correctness_weight: float = 1.0
+    # maze: "project" (tags only) or "alphamaze" (MAZE-REASONING-GRPO-V0.1's prompt layout).
+    prompt_format: str = "project"
+    # dataset: the file (.jsonl or .parquet), a held-out file in the same layout, and fields.
+    path: str = ""
+    eval_path: str = ""
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    id_key: str = ""
+    group_key: str = ""
+    reference_key: str = ""
+    system_prompt: str = ""
+    chat_template: str = "auto"            # auto | always | never
+    # A prompt longer than rl.max_prompt_length: skipped and counted (true) or refused (false).
+    filter_overlong_prompts: bool = True
+    verifier_function: List[str] = field(default_factory=list)
+    verifier_weight: List[float] = field(default_factory=list)
+    # The components the correctness / integrity rates read ("": the first accuracy /
+    # format reward listed; integrity falls back to nonempty_answer).
+    correctness_reward: str = ""
+    integrity_reward: str = ""
 
 
 @dataclass

@@ -90,7 +90,13 @@ def batch_problems(cfg, training: bool) -> list[str]:
         _positive(p, f"rl.{key}", getattr(rl, key))
     for key in ("base_batch_size", "group_size"):
         _positive(p, f"scheduler.{key}", getattr(sched, key))
-    _positive(p, "task.num_prompts", task.num_prompts)
+    # A dataset's prompt count is known once it is read (schedule/configured.configured_task
+    # checks it then); num_prompts=0 takes every row.
+    from_file = task.name == "dataset"
+    if not from_file:
+        _positive(p, "task.num_prompts", task.num_prompts)
+    elif task.num_prompts < 0:
+        p.append(f"task.num_prompts={task.num_prompts} must be >= 0 (0: every row of task.path)")
     _positive(p, "steps", cfg.steps)
     if p:
         return p
@@ -105,7 +111,7 @@ def batch_problems(cfg, training: bool) -> list[str]:
             f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
             f"[0, {sched.base_batch_size - 1}]"
         )
-    if training and task.num_prompts < rl.global_batch_size:
+    if training and task.num_prompts < rl.global_batch_size and not (from_file and task.num_prompts == 0):
         p.append(
             f"rl.global_batch_size={rl.global_batch_size} exceeds task.num_prompts={task.num_prompts}: a step "
             "would hold a prompt twice; raise task.num_prompts or lower rl.global_batch_size (steps beyond "
@@ -115,7 +121,7 @@ def batch_problems(cfg, training: bool) -> list[str]:
         p.append(f"eval.num_prompts={cfg.eval.num_prompts} must be >= 0 (0 skips the evaluation)")
     if cfg.eval.samples_per_prompt < 1:
         p.append(f"eval.samples_per_prompt={cfg.eval.samples_per_prompt} must be >= 1")
-    if sched.base_batch_size > task.num_prompts:
+    if sched.base_batch_size > task.num_prompts and not (from_file and task.num_prompts == 0):
         p.append(f"scheduler.base_batch_size={sched.base_batch_size} exceeds task.num_prompts={task.num_prompts}")
     return p
 
@@ -159,6 +165,12 @@ def mode_problems(mode) -> list[str]:
 
 
 def task_problems(task) -> list[str]:
+    """The task's keys; files, fields and user reward functions are checked when the task
+    is built (tasks.make_task), still before any run directory is written."""
+    from ..tasks.dataset import CHAT_TEMPLATE_MODES
+    from ..tasks.maze import LAYOUTS
+    from ..tasks.rewards import unknown_reward
+
     p: list[str] = []
     _choice(p, "task.name", task.name, TASKS)
     if task.min_size < 2:
@@ -166,6 +178,29 @@ def task_problems(task) -> list[str]:
     if task.max_size < task.min_size:
         p.append(f"task.max_size={task.max_size} must be >= task.min_size={task.min_size}")
     _positive(p, "task.size_decay", task.size_decay)
+    _choice(p, "task.prompt_format", task.prompt_format, LAYOUTS)
+    _choice(p, "task.chat_template", task.chat_template, CHAT_TEMPLATE_MODES)
+    if task.name == "dataset":
+        if not task.path:
+            p.append("task=dataset reads its prompts from a file: set task.path=FILE.jsonl (or .parquet)")
+        if not task.prompt_key:
+            p.append("task.prompt_key is empty: name the field that holds the prompt")
+        if not task.verifier_function:
+            p.append("task=dataset needs task.verifier_function: the rewards to train on, e.g. [math_verify] "
+                     "or [exact_match] (docs/tasks.md lists them)")
+    names = list(task.verifier_function)
+    for i, name in enumerate(names):
+        problem = unknown_reward(name, f"task.verifier_function[{i}]")
+        if problem:
+            p.append(problem)
+    if task.verifier_weight and len(task.verifier_weight) != len(names):
+        p.append(f"task.verifier_weight has {len(task.verifier_weight)} weights for the {len(names)} rewards of "
+                 "task.verifier_function; give one weight per reward (or none: 1.0 each)")
+    for key in ("correctness_reward", "integrity_reward"):
+        name = getattr(task, key)
+        problem = name and unknown_reward(name, f"task.{key}")
+        if problem:
+            p.append(problem)
     return p
 
 

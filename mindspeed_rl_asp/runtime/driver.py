@@ -52,13 +52,24 @@ def ensure_ray(layout) -> bool:
     return True
 
 
+def task_config_for_actors(cfg) -> dict:
+    """The task config as the actors get it: file paths made absolute (an actor's working
+    directory need not be the driver's)."""
+    task_cfg = OmegaConf.to_container(cfg.task)
+    for key in ("path", "eval_path"):
+        if task_cfg.get(key):
+            task_cfg[key] = str(Path(task_cfg[key]).resolve())
+    return task_cfg
+
+
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
-                 on_eval: Callable[[str, int, int], None] | None = None) -> dict:
+                 on_eval: Callable[[str, int, int], None] | None = None, task=None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
-    during the final initial-vs-final check.
+    during the final initial-vs-final check. ``task``: the run's task if the caller built
+    it already (``schedule.configured.configured_task``, before writing the run directory).
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` are fault-injection seams for tests."""
     import ray
@@ -67,7 +78,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..control.core import is_colocated
     from ..control.loop import drive
     from ..policy.tokenizer import load_tokenizer
-    from ..tasks import base_prompt_id, make_task_prompts
+    from ..schedule.configured import configured_task
+    from ..tasks import base_prompt_id
     from .generation_unit import GenerationWorker
     from .planning import make_control_core, plan_run
     from .ray_cluster import RayCluster
@@ -77,8 +89,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
-    prompts = make_task_prompts(cfg.task)
     tokenizer = load_tokenizer(model_path)
+    task = task if task is not None else configured_task(cfg, tokenizer, training=True)
+    prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     plan, epochs, minibatches = plan_run(cfg, prompts)
     plan.save(run_dir / "plan.json")
@@ -106,8 +119,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         trainer = ray.remote(TrainingWorker).options(**_ray_options(pg, placement.trainer, placement.resource,
                                                                     threads)).remote(
             engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
-            OmegaConf.to_container(cfg.algo), OmegaConf.to_container(cfg.task),
-            cfg.generate.sampling_config.temperature)
+            OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
+            cfg.generate.sampling_config.temperature, tuple(task.import_roots()))
         ray.get([g.ready.remote() for g in generators] + [trainer.ready.remote()])
         if fail_actor_once is not None:
             ray.get(generators[fail_actor_once].inject_failure.remote())
@@ -132,6 +145,10 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
             "generation_failures": recorder.failures,
             "consumed_prompt_ids": core.consumed_ids(),
+            "task": {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
+                     "correctness_reward": task.rewards.correctness.name,
+                     "integrity_reward": task.rewards.integrity.name,
+                     "skipped_overlong_prompts": len(task.skipped)},
         }
     finally:
         if recorder is not None:
@@ -150,33 +167,35 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     if cfg.eval.num_prompts:
         by_id = {p.id: p for p in prompts}
         trained = [by_id[i] for i in dict.fromkeys(base_prompt_id(i) for i in summary["consumed_prompt_ids"])]
-        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval))
+        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval, task))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
 def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts,
-                               progress: Callable[[str, int, int], None] | None = None) -> dict:
+                               progress: Callable[[str, int, int], None] | None = None, task=None) -> dict:
     """Correctness of the starting and the trained policy, same seeds, paired by prompt (see
     :func:`~mindspeed_rl_asp.policy.evaluate.paired_change`), on two prompt sets:
-    ``held_out`` (a maze stream disjoint from the task's) and ``training_prompts`` (the
-    first ``eval.num_prompts`` of ``training_prompts``, the prompts the run trained on)."""
-    from dataclasses import replace
-
+    ``held_out`` (the task's held-out prompts: for the maze a stream disjoint from the
+    task's, for a dataset ``task.eval_path``; left out when the task has none) and
+    ``training_prompts`` (the first ``eval.num_prompts`` of ``training_prompts``, the
+    prompts the run trained on). Scored by the task (``task``, or the config's)."""
     from ..engines.base import SamplingParams
     from ..policy.evaluate import held_out_comparison
-    from ..tasks import make_task_prompts, reward_weights
+    from ..schedule.configured import configured_task
 
-    held_out = make_task_prompts(replace(OmegaConf.to_object(cfg.task), num_prompts=cfg.eval.num_prompts,
-                                         seed=cfg.eval.seed))
+    task = task if task is not None else configured_task(cfg)
+    held_out = task.held_out(cfg.eval.num_prompts, cfg.eval.seed)
     sampling = SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.eval.seed)
     paths = {"initial": initial_path, "final": final_path}
-    sets = (("held_out", held_out), ("training_prompts", training_prompts[:cfg.eval.num_prompts]))
+    sets = [("training_prompts", training_prompts[:cfg.eval.num_prompts])]
+    if held_out:
+        sets.insert(0, ("held_out", held_out))
     total = len(paths) * cfg.eval.samples_per_prompt * sum(len(prompts) for _, prompts in sets)
     results, before = {}, 0
     for name, prompts in sets:
         results[name] = held_out_comparison(
-            paths, prompts, sampling, reward_weights(cfg.task),
+            paths, prompts, sampling, task,
             # One thread: on a busy 2-core machine torch's default of all cores was
             # measured up to 50x slower, not faster.
             {"num_threads": max(cfg.engine.num_threads, 1)}, n_samples_per_prompt=cfg.eval.samples_per_prompt,

@@ -1,8 +1,9 @@
 """Training Unit: reward, advantages, log-prob evaluation, policy update, weight export.
 
-One Ray actor. It owns the training engine and the prompts' text (rebuilt from the task
-config, deterministic), so a training step needs only prompt ids and the Training
-Queue's payload references. Its version counts completed training steps; the snapshot it
+One Ray actor. It owns the training engine and the task (rebuilt from the task config
+with the engine's tokenizer, deterministic: the same prompts the driver planned), so a
+training step needs only prompt ids and the Training Queue's payload references. It
+scores through the task protocol only (``Task.score``). Its version counts completed training steps; the snapshot it
 exports after step ``s`` is version ``s``.
 """
 from __future__ import annotations
@@ -37,12 +38,13 @@ class TrainingWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
     def __init__(self, engine_cfg: dict, model_path: str, train_cfg: dict, rl_cfg: dict, algo_cfg: dict,
-                 task_cfg: dict, temperature: float):
+                 task_cfg: dict, temperature: float, import_paths: tuple[str, ...] = ()):
         from types import SimpleNamespace
 
         from ..algo.grpo import GRPOLossConfig, make_loss_fn
         from ..engines.registry import make_reference_policy, make_training_engine
-        from ..tasks import make_task_prompts, reward_weights
+        from ..tasks import make_task
+        from ..tasks.rewards import user_import_roots_on_path
 
         rl = SimpleNamespace(**rl_cfg)
         self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
@@ -55,9 +57,10 @@ class TrainingWorker:
         self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), model_path, temperature)
                           if self.loss_cfg.kl_coef > 0 else None)
         self.updates_per_step = rl.global_batch_size // rl.mini_batch_size
-        task = SimpleNamespace(**task_cfg)
-        self.prompts = {p.id: p.prompt for p in make_task_prompts(task)}
-        self.weights = reward_weights(task)
+        # The driver's user reward modules import here as they did there.
+        user_import_roots_on_path(import_paths)
+        self.task = make_task(SimpleNamespace(**task_cfg), self.tokenizer, rl.max_prompt_length)
+        self.prompts = self.task.by_id()
         self.version = 0
         self._fail_at_step: int | None = None
 
@@ -74,7 +77,6 @@ class TrainingWorker:
         from ..engines.base import TrainBatch
         from ..policy.evaluate import strip_eos
         from ..tasks import base_prompt_id
-        from ..tasks.maze import score_response
 
         if step != self.version:
             raise RuntimeError(f"train_step({step}) on a trainer at version {self.version}: steps out of order")
@@ -93,7 +95,7 @@ class TrainingWorker:
             for response, logprobs in zip(group.response_ids, group.logprobs):
                 text = strip_eos(self.tokenizer.decode(response.tolist(), skip_special_tokens=False),
                                  self.tokenizer.eos_token)
-                score = score_response(self.prompts[base_prompt_id(pid)], text, self.weights)
+                score = self.task.score(self.prompts[base_prompt_id(pid)], text)
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
                 scores.append(score)
@@ -116,6 +118,9 @@ class TrainingWorker:
             "reward_mean": sum(rewards) / n,
             "integrity_rate": sum(s["integrity"] for s in scores) / n,
             "correctness_rate": sum(s["correctness"] for s in scores) / n,
+            # Mean of each named reward component (what `reward_mean` is the weighted sum of).
+            "reward_components": {name: sum(s["components"][name] for s in scores) / n
+                                  for name in scores[0]["components"]},
             "response_length_mean": sum(len(r[2]) for r in rows) / n,
             "samples": n,
             "response_tokens": sum(len(r[2]) for r in rows),

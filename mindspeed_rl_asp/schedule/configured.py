@@ -1,5 +1,6 @@
 """The plan a run's config asks for: the task's prompts, their predicted lengths, the
-planner. Shared by ``asp-schedule``, ``asp-train`` and its dry run."""
+planner. Shared by ``asp-schedule``, ``asp-train`` and its dry run; also builds the task
+itself from a run's config (:func:`configured_task`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,12 +8,40 @@ from dataclasses import replace
 from .plan import SchedulePlan, SchedulerParams, make_plan
 
 
+def configured_task(cfg, tokenizer=None, training: bool = False):
+    """The task of a run's config, built as every process of the run builds it: prompts
+    fitted to ``rl.max_prompt_length`` tokens of the model's tokenizer (``tokenizer``, or
+    the one at ``model.path``, loaded when the task needs it: ``task=dataset`` always, the
+    maze task only when given one). ``training``: a step must not hold a prompt twice.
+
+    Raises :class:`~mindspeed_rl_asp.tasks.base.TaskError` or :class:`ConfigError` naming
+    the key, file or row to fix, before any run directory exists."""
+    from ..config.validate import ConfigError, resolve_model_path
+    from ..tasks import make_task
+
+    if tokenizer is None and cfg.task.name == "dataset":
+        from ..engines.hf import load_tokenizer
+
+        tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
+    task = make_task(cfg.task, tokenizer, cfg.rl.max_prompt_length)
+    n = len(task.prompts)
+    problems = []
+    if training and n < cfg.rl.global_batch_size:
+        problems.append(f"rl.global_batch_size={cfg.rl.global_batch_size} exceeds the {n} prompts of the task "
+                        f"({task.description}): a step would hold a prompt twice; lower rl.global_batch_size or "
+                        "give more prompts")
+    if cfg.scheduler.base_batch_size > n:
+        problems.append(f"scheduler.base_batch_size={cfg.scheduler.base_batch_size} exceeds the {n} prompts of "
+                        f"the task ({task.description})")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return task
+
+
 def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
     """(prompt id, predicted length) for the task's prompts (``prompts`` if the caller
     already built them), from the configured predictor."""
     from ..config.validate import ConfigError
-    from ..tasks import make_task_prompts
-    from ..tasks.maze import count_tokens
 
     if cfg.scheduler.predictor != "reference":
         raise ConfigError(
@@ -20,8 +49,21 @@ def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
             "give them to asp-schedule as input=FILE.jsonl (see docs/scheduler.md), or use "
             "scheduler.predictor=reference"
         )
-    # +1: the response ends with the end-of-text token.
-    return [(p.id, float(count_tokens(p.reference_response) + 1)) for p in (prompts or make_task_prompts(cfg.task))]
+    prompts = configured_task(cfg).prompts if prompts is None else prompts
+    missing = [p.id for p in prompts if p.reference_length is None]
+    if missing and cfg.scheduler.name == "fifo":
+        # fifo plans in data order and never reads a length: each prompt's load is taken
+        # as the generation budget, so that plan.json's loads stay an upper bound.
+        budget = float(cfg.generate.sampling_config.max_tokens)
+        return [(p.id, budget if p.reference_length is None else float(p.reference_length)) for p in prompts]
+    if missing:
+        raise ConfigError(
+            f"scheduler.predictor=reference needs a reference length for every prompt, and task={cfg.task.name} "
+            f"gives none for {len(missing)} of them (first: {missing[0]!r}); set task.reference_key to the field "
+            "that holds a reference response, plan from observed lengths (asp-schedule input=FILE.jsonl, "
+            "docs/scheduler.md), or use scheduler=fifo, which reads no lengths"
+        )
+    return [(p.id, float(p.reference_length)) for p in prompts]
 
 
 def build_plan(cfg, items) -> SchedulePlan:

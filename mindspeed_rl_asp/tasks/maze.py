@@ -35,6 +35,13 @@ Format summary (all exact; other modules build a tokenizer from
   token, leaving a dead end writes ``<|back|>``; it stops when the target is
   entered. The answer is the resulting path as move tokens.
 
+* The MAZE-REASONING-GRPO-V0.1 layout (``layout="alphamaze"``), the published
+  dataset's own: an English instruction (:data:`ALPHAMAZE_INSTRUCTION`), a line
+  ``MAZE:``, then one line per row of the same cell triples, with no start/end tags and
+  no final newline. A response answers with the move tokens after ``</think>``, with no
+  answer tags, and a dataset row's ``Response`` holds exactly those moves, for example
+  ``<|up|><|up|><|left|>``. :func:`parse_maze` reads both layouts.
+
 Conventions of the Python API:
 
 * A cell is a ``(row, col)`` tuple, 0-based.
@@ -46,6 +53,7 @@ Conventions of the Python API:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
@@ -69,6 +77,8 @@ __all__ = [
     "BLANK_MARKER",
     "MARKERS",
     "END_OF_TEXT_TOKENS",
+    "LAYOUTS",
+    "ALPHAMAZE_INSTRUCTION",
     "MazeFormatError",
     "VocabularyError",
     "check_unique_tokens",
@@ -96,6 +106,13 @@ __all__ = [
     "integrity_reward",
     "correctness_reward",
     "score_response",
+    "alphamaze_answer",
+    "alphamaze_integrity",
+    "alphamaze_correctness",
+    "alphamaze_xmlcount",
+    "mazebench_correctness",
+    "dataset_row",
+    "solution_moves",
     "make_item",
     "make_dataset",
 ]
@@ -186,6 +203,30 @@ def _all_wall_flags() -> list[tuple[bool, bool, bool, bool]]:
 _WALL_TOKENS: dict[str, tuple[bool, bool, bool, bool]] = {
     wall_token(f): f for f in _all_wall_flags()
 }
+#: Spellings :func:`parse_maze` also reads: the dataset writes a cell closed on all four
+#: sides as ``<|all_wall|>``. Not part of :func:`maze_vocabulary` (token ids stay as shipped).
+_WALL_ALIASES: dict[str, tuple[bool, bool, bool, bool]] = {"<|all_wall|>": (True, True, True, True)}
+_ALL_WALL_SPELLINGS = {**_WALL_TOKENS, **_WALL_ALIASES}
+
+#: The two prompt layouts: the project's (tags only) and MAZE-REASONING-GRPO-V0.1's.
+LAYOUTS: tuple[str, ...] = ("project", "alphamaze")
+ALPHAMAZE_MAZE_LINE = "MAZE:"
+#: The instruction every MAZE-REASONING-GRPO-V0.1 prompt starts with, character for
+#: character (two spaces after "tokens." and "solves mazes.", as the dataset has them).
+ALPHAMAZE_INSTRUCTION = (
+    "You are a helpful assistant that solves mazes.  You will be given a maze represented by a series of "
+    "tokens.  \n"
+    "The tokens represent:\n"
+    "- Coordinates: <|row-col|> (e.g., <|0-0|>, <|2-4|>)\n"
+    "- Walls:  <|no_wall|>, <|up_wall|>, <|down_wall|>, <|left_wall|>, <|right_wall|>, <|up_down_wall|>, etc.\n"
+    "- Origin: <|origin|>\n"
+    "- Target: <|target|>\n"
+    "- Movement: <|up|>, <|down|>, <|left|>, <|right|>, <|blank|>\n"
+    "\n"
+    "Your task is to output the sequence of movements (<|up|>, <|down|>, <|left|>, <|right|>) required to "
+    "navigate from the origin to the target, based on the provided maze representation.  Think step by step. "
+    "At each step, predict only the next movement token. Output only the move tokens, separated by spaces."
+)
 
 
 def maze_vocabulary(max_size: int) -> list[str]:
@@ -374,19 +415,33 @@ def _marker(maze: Maze, cell: tuple[int, int]) -> str:
     return BLANK_MARKER
 
 
-def format_prompt(maze: Maze) -> str:
-    """The prompt text of ``maze``: tokens only, no natural language (the
-    policy is tiny and learns the task from scratch)."""
-    lines = [MAZE_START]
-    for r in range(maze.size):
-        lines.append(
-            "".join(
-                cell_token((r, c)) + wall_token(maze.walls[r][c]) + _marker(maze, (r, c))
-                for c in range(maze.size)
-            )
-        )
-    lines.append(MAZE_END)
-    return "\n".join(lines) + "\n"
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown maze layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+
+
+def _row_lines(maze: Maze, all_wall: str | None = None) -> list[str]:
+    def walls(cell):
+        token = wall_token(maze.walls[cell[0]][cell[1]])
+        return all_wall if all_wall and all(maze.walls[cell[0]][cell[1]]) else token
+
+    return ["".join(cell_token((r, c)) + walls((r, c)) + _marker(maze, (r, c)) for c in range(maze.size))
+            for r in range(maze.size)]
+
+
+def format_prompt(maze: Maze, layout: str = "project") -> str:
+    """The prompt text of ``maze``.
+
+    ``project``: tokens only, no natural language (the policy is tiny and learns the task
+    from scratch), between ``<|maze_start|>`` and ``<|maze_end|>`` lines. ``alphamaze``:
+    exactly as a MAZE-REASONING-GRPO-V0.1 row's ``Prompt``: the dataset's instruction, a
+    line ``MAZE:``, the rows (a cell walled on all sides is ``<|all_wall|>``), no final
+    newline.
+    """
+    _check_layout(layout)
+    if layout == "alphamaze":
+        return "\n".join([ALPHAMAZE_INSTRUCTION, ALPHAMAZE_MAZE_LINE, *_row_lines(maze, "<|all_wall|>")])
+    return "\n".join([MAZE_START, *_row_lines(maze), MAZE_END]) + "\n"
 
 
 def _parse_row(line: str, r: int):
@@ -407,7 +462,7 @@ def _parse_row(line: str, r: int):
                 )
             known = (
                 _CELL_RE.fullmatch(tok)
-                or tok in _WALL_TOKENS
+                or tok in _ALL_WALL_SPELLINGS
                 or tok in MARKERS
                 or tok in (MAZE_START, MAZE_END, BACK_TOKEN)
                 or _MOVE_TOKEN_RE.fullmatch(tok)
@@ -429,36 +484,53 @@ def _parse_row(line: str, r: int):
             raise MazeFormatError(
                 f"expected cell token {expected} at {where}, got {cell_tok!r}"
             )
-        if wall_tok not in _WALL_TOKENS:
+        if wall_tok not in _ALL_WALL_SPELLINGS:
             raise MazeFormatError(f"expected a wall token at {where}, got {wall_tok!r}")
         if marker_tok not in MARKERS:
             raise MazeFormatError(f"expected a marker token at {where}, got {marker_tok!r}")
-        cells.append((_WALL_TOKENS[wall_tok], marker_tok))
+        cells.append((_ALL_WALL_SPELLINGS[wall_tok], marker_tok))
         i += 3
         c += 1
     return cells
 
 
-def parse_maze(prompt: str) -> Maze:
-    """Parse a prompt written by :func:`format_prompt` back into a :class:`Maze`.
+def _maze_row_lines(prompt: str) -> list[str]:
+    """The row lines of a prompt in either layout (see :func:`parse_maze`)."""
+    lines = prompt.strip().split("\n")
+    if lines and lines[0] == MAZE_START:
+        if len(lines) < 2 or lines[-1] != MAZE_END:
+            raise MazeFormatError(
+                f"prompt must end with a line {MAZE_END}, got {lines[-1][-40:]!r}"
+            )
+        return lines[1:-1]
+    stripped = [line.strip() for line in lines]
+    if ALPHAMAZE_MAZE_LINE in stripped:
+        rows = stripped[stripped.index(ALPHAMAZE_MAZE_LINE) + 1:]
+        while rows and not rows[-1]:
+            rows.pop()
+        return rows
+    raise MazeFormatError(
+        f"prompt must start with a line {MAZE_START} (the project's layout) or hold a line "
+        f"{ALPHAMAZE_MAZE_LINE} followed by the rows (the MAZE-REASONING-GRPO-V0.1 layout), "
+        f"got {lines[0][:40]!r}"
+    )
 
-    The exact inverse of :func:`format_prompt`; only whitespace around the
-    whole prompt is tolerated (chat templates and file I/O add or strip it).
-    Anything else wrong raises :class:`MazeFormatError` naming what and where,
-    because a silently misread maze would make rewards silently wrong.
+
+def parse_maze(prompt: str) -> Maze:
+    """Parse a maze prompt, in either layout, into a :class:`Maze`.
+
+    The project's layout (``<|maze_start|>`` ... ``<|maze_end|>``) is read exactly as
+    :func:`format_prompt` writes it; only whitespace around the whole prompt is tolerated
+    (chat templates and file I/O add or strip it). The MAZE-REASONING-GRPO-V0.1 layout is
+    read from the line ``MAZE:`` on: everything before it (the instruction) is ignored,
+    each following line is one row, whitespace around a row is tolerated, and a cell
+    walled on all four sides may be spelled ``<|all_wall|>``. Anything else wrong raises
+    :class:`MazeFormatError` naming what and where, because a silently misread maze would
+    make rewards silently wrong.
     """
     if not isinstance(prompt, str):
         raise MazeFormatError(f"prompt must be a str, got {type(prompt).__name__}")
-    lines = prompt.strip().split("\n")
-    if not lines or lines[0] != MAZE_START:
-        raise MazeFormatError(
-            f"prompt must start with a line {MAZE_START}, got {lines[0][:40]!r}"
-        )
-    if len(lines) < 2 or lines[-1] != MAZE_END:
-        raise MazeFormatError(
-            f"prompt must end with a line {MAZE_END}, got {lines[-1][-40:]!r}"
-        )
-    row_lines = lines[1:-1]
+    row_lines = _maze_row_lines(prompt)
     if not row_lines:
         raise MazeFormatError("maze has no rows")
     rows = []
@@ -581,18 +653,29 @@ def response_token_bound(size: int) -> int:
     return 2 * size * size + 4
 
 
-def format_response(maze: Maze) -> str:
-    """The reference response an ideal policy writes for ``maze``."""
+def format_response(maze: Maze, layout: str = "project") -> str:
+    """The reference response an ideal policy writes for ``maze``.
+
+    ``project``: ``<think>`` + DFS trace + ``</think>``, a newline, then the moves between
+    ``<answer>`` tags. ``alphamaze`` (the dataset's answer convention): ``<think>\\n`` +
+    trace + ``\\n</think>\\n`` + the moves, no answer tags (the think tags as the
+    original format bonus wants them)."""
+    _check_layout(layout)
     trace, moves = solve_dfs(maze)
-    return (
-        THINK_OPEN
-        + "".join(trace)
-        + THINK_CLOSE
-        + "\n"
-        + ANSWER_OPEN
-        + "".join(move_token(m) for m in moves)
-        + ANSWER_CLOSE
-    )
+    answer = "".join(move_token(m) for m in moves)
+    if layout == "alphamaze":
+        return THINK_OPEN + "\n" + "".join(trace) + "\n" + THINK_CLOSE + "\n" + answer
+    return THINK_OPEN + "".join(trace) + THINK_CLOSE + "\n" + ANSWER_OPEN + answer + ANSWER_CLOSE
+
+
+def solution_moves(maze: Maze) -> str:
+    """The origin -> target path as move tokens: a dataset row's ``Response``."""
+    return "".join(move_token(m) for m in solve_dfs(maze)[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _solution_of(size: int, maze_seed: int) -> str:
+    return solution_moves(generate_maze(size, maze_seed))
 
 
 # --------------------------------------------------------------------------
@@ -692,6 +775,59 @@ def correctness_reward(maze: Maze, response: str) -> float:
     return 1.0 if cell == maze.target else 0.0
 
 
+# The MAZE-REASONING-GRPO-V0.1 answer convention (AlphaMaze's GRPO reward code): the answer
+# is the text after ``</think>``, with no answer tags. Re-implemented from its definitions.
+
+_ANY_TAG_RE = re.compile(r"<\|(.*?)\|>?")
+
+
+def alphamaze_answer(response: str) -> str:
+    """The text between the first ``</think>`` and the next (or the end), stripped; ``""``
+    without ``</think>``: how the original reward code reads the answer."""
+    parts = response.split(THINK_CLOSE) if isinstance(response, str) else []
+    return parts[1].strip() if len(parts) > 1 else ""
+
+
+def alphamaze_integrity(response: str) -> float:
+    """1.0 iff the answer (:func:`alphamaze_answer`), whitespace removed, is a non-empty run
+    of the four move tokens and nothing else (the original integrity reward)."""
+    answer = re.sub(r"\s+", "", alphamaze_answer(response))
+    return 1.0 if answer and _ANSWER_BODY_RE.fullmatch(answer) else 0.0
+
+
+def alphamaze_correctness(expected: str, response: str) -> float:
+    """0.2 per move iff the answer equals ``expected`` (a row's ``Response``, stripped)
+    exactly, else 0.0 (the original correctness reward: moves counted as its code counts
+    them, the pieces of the answer split at ``|><|``)."""
+    answer = alphamaze_answer(response)
+    if expected is None or answer != expected.strip() or not answer:
+        return 0.0
+    return 0.2 * len(answer.split("|><|"))
+
+
+def alphamaze_xmlcount(response: str) -> float:
+    """0.125 for exactly one ``<think>\\n`` plus 0.125 for exactly one ``\\n</think>\\n``:
+    the original small bonus for well-formed think tags."""
+    if not isinstance(response, str):
+        return 0.0
+    return 0.125 * (response.count(THINK_OPEN + "\n") == 1) + 0.125 * (response.count("\n" + THINK_CLOSE + "\n") == 1)
+
+
+def mazebench_correctness(maze: Maze, response: str) -> float:
+    """1.0 iff the move tokens of the answer (:func:`alphamaze_answer`), walked from the
+    origin, never cross a wall or leave the grid and end on the target: any legal route
+    counts, as MazeBench scores it. Other ``<|...|>`` tokens in the answer are no moves
+    (MazeBench reads every such token and moves only for the four directions)."""
+    cell = maze.origin
+    for name in _ANY_TAG_RE.findall(alphamaze_answer(response)):
+        if name not in _DELTA:
+            continue
+        if not can_move(maze, cell, name):
+            return 0.0
+        cell = step(cell, name)
+    return 1.0 if cell == maze.target else 0.0
+
+
 @dataclass(frozen=True)
 class MazeRewardWeights:
     """Weights of the reward terms; integrity is a small shaping bonus so the
@@ -764,13 +900,38 @@ class MazeTaskSpec:
 @dataclass(frozen=True)
 class MazePrompt:
     """One dataset item; ``maze_seed`` regenerates the maze with
-    ``generate_maze(size, maze_seed)``."""
+    ``generate_maze(size, maze_seed)``. Also a task prompt of the task protocol
+    (:mod:`mindspeed_rl_asp.tasks.base`): ``question`` is the prompt itself, ``answer`` the
+    solution's move tokens, ``group`` the maze size and ``reference_length`` the reference
+    response's length in task tokens plus the end-of-text token."""
 
     id: str
     size: int
     prompt: str
     reference_response: str
     maze_seed: int = 0
+    layout: str = "project"
+
+    @property
+    def question(self) -> str:
+        return self.prompt
+
+    @property
+    def answer(self) -> str:
+        return _solution_of(self.size, self.maze_seed)
+
+    @property
+    def metadata(self) -> dict:
+        return {"size": self.size, "maze_seed": self.maze_seed, "layout": self.layout}
+
+    @property
+    def group(self) -> int:
+        return self.size
+
+    @property
+    def reference_length(self) -> float:
+        # +1: the response ends with the end-of-text token.
+        return float(count_tokens(self.reference_response) + 1)
 
 
 def _item_rng(seed: int, index: int) -> random.Random:
@@ -779,8 +940,10 @@ def _item_rng(seed: int, index: int) -> random.Random:
     return random.Random(f"maze-{seed}-{index}")
 
 
-def make_item(seed: int, index: int, spec: MazeTaskSpec = MazeTaskSpec()) -> MazePrompt:
-    """Item ``index`` of the dataset with ``seed``; depends only on its arguments."""
+def make_item(seed: int, index: int, spec: MazeTaskSpec = MazeTaskSpec(), layout: str = "project") -> MazePrompt:
+    """Item ``index`` of the dataset with ``seed``; depends only on its arguments. The
+    maze is the same in both layouts; only its text differs."""
+    _check_layout(layout)
     rng = _item_rng(seed, index)
     size = rng.choices(spec.sizes(), weights=spec.size_weights())[0]
     maze_seed = rng.getrandbits(63)
@@ -788,14 +951,15 @@ def make_item(seed: int, index: int, spec: MazeTaskSpec = MazeTaskSpec()) -> Maz
     return MazePrompt(
         id=f"maze-{seed}-{index}",
         size=size,
-        prompt=format_prompt(maze),
-        reference_response=format_response(maze),
+        prompt=format_prompt(maze, layout),
+        reference_response=format_response(maze, layout),
         maze_seed=maze_seed,
+        layout=layout,
     )
 
 
 def make_dataset(
-    num_prompts: int, seed: int, spec: MazeTaskSpec = MazeTaskSpec()
+    num_prompts: int, seed: int, spec: MazeTaskSpec = MazeTaskSpec(), layout: str = "project"
 ) -> list[MazePrompt]:
     """``num_prompts`` maze prompts, deterministic in (num_prompts, seed, spec);
     item i is the same whatever ``num_prompts`` is, so datasets of different
@@ -804,4 +968,12 @@ def make_dataset(
         raise ValueError(f"num_prompts must be an int > 0, got {num_prompts!r}")
     if not isinstance(spec, MazeTaskSpec):
         raise ValueError(f"spec must be a MazeTaskSpec, got {type(spec).__name__}")
-    return [make_item(seed, i, spec) for i in range(num_prompts)]
+    return [make_item(seed, i, spec, layout) for i in range(num_prompts)]
+
+
+def dataset_row(item: MazePrompt) -> dict[str, str]:
+    """``item`` as a MAZE-REASONING-GRPO-V0.1 row: ``{"Prompt", "Response"}`` in the
+    dataset's layout (whatever ``item.layout`` is), so that generated mazes and the
+    published rows are interchangeable (``task=maze_dataset`` reads either)."""
+    maze = generate_maze(item.size, item.maze_seed)
+    return {"Prompt": format_prompt(maze, "alphamaze"), "Response": solution_moves(maze)}
