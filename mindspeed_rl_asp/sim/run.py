@@ -45,9 +45,18 @@ def setup_from_config(cfg) -> SimSetup:
     # Old log-probs (the proximal policy) always; reference log-probs with a KL term.
     extra = 1 + (cfg.algo.kl_coef > 0)
     return SimSetup(instance=instance, num_actors=len(placement.generators),
-                    train_devices=all_devices if colocated else layout.train_nodes * layout.devices_per_node,
+                    train_devices=trainer_devices(cfg, all_devices, colocated),
                     colocated=colocated, extra_forwards=extra, publish_s=engine.weight_sync_fixed,
                     load_bandwidth=devices * link, switch_s=engine.mode_switch)
+
+
+def trainer_devices(cfg, all_devices: int, colocated: bool) -> int:
+    """Devices one training step runs on. The hf trainer is one process on one device
+    (runtime/placement gives it one slot, colocated or not); a Megatron (mindspeed)
+    trainer spans the T nodes, or every device when colocated."""
+    if cfg.engine.name == "hf":
+        return 1
+    return all_devices if colocated else cfg.layout.train_nodes * cfg.layout.devices_per_node
 
 
 def length_model_from_config(sim, max_prompt_length: int) -> LengthModel:
