@@ -128,7 +128,7 @@ def test_every_shipped_hardware_builds_with_a_source_for_every_number(option):
     assert all(text.strip() for text in profile.sources.values())
 
 
-def test_cpu_local_numbers_are_marked_as_placeholders():
+def test_cpu_local_numbers_name_the_calibration_script():
     sources = hardware_profile_from_config(load_config(["hardware=cpu_local"]).hardware).sources
     measured = [k for k in HARDWARE_NUMBERS if k != "devices_per_node"]
     assert all("scripts/calibrate_cpu.py" in sources[k] for k in measured)
