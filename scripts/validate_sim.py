@@ -48,11 +48,6 @@ figures come from the simulated run's ``metrics.jsonl`` the same way (the real
 (all actors), train-step seconds, weight publish and load seconds, and the median
 real/simulated ratio of the same minibatch's duration and of the same step's train time.
 
-Each mode is simulated twice: as ``sim/run.simulate`` is, and as a variant whose trainer
-has its own placement slot's devices (one, for the hf trainer) instead of every device of
-a colocated layout, which ``sim/run.setup_from_config`` gives hybrid runs (right for a
-trainer spread over all devices, not for the one-process hf trainer). Async runs are the
-same in both.
 """
 from __future__ import annotations
 
@@ -263,30 +258,19 @@ def workload_file(run_dir: Path, cfg, prompts, prompt_tokens: dict[str, int], re
 
 
 # ---------------------------------------------------------------------- simulation
-def simulate_as_planned(cfg, workload, reference: dict[str, float], run_dir: Path, one_trainer_device: bool = False):
+def simulate_as_planned(cfg, workload, reference: dict[str, float], run_dir: Path):
     """``sim.run.simulate`` with the planner handed the reference-solution lengths, as the
     real run's planner is (``simulate`` itself plans from a rank quality of the workload's
     true lengths, ``sim.predictor_spearman``; here its ``predict_lengths`` is swapped for
-    the reference lengths for the duration of the call).
-
-    ``one_trainer_device``: the variant that trains on the trainer's own placement slot
-    (``runtime/placement``: the hf trainer is one process, one device) instead of every
-    device of a colocated layout, which ``sim/run.setup_from_config`` assumes for hybrid
-    mode (right for a Megatron trainer spread over all devices, not for hf)."""
-    from dataclasses import replace
-
-    from mindspeed_rl_asp.runtime.placement import plan_placement
+    the reference lengths for the duration of the call; ``same_plan`` checks the result)."""
     from mindspeed_rl_asp.sim import run as simrun
 
-    original_predict, original_setup = simrun.predict_lengths, simrun.setup_from_config
+    original = simrun.predict_lengths
     simrun.predict_lengths = lambda work, quality, seed=0: {p.id: reference[p.id] for p in work.prompts}
-    if one_trainer_device:
-        devices = max(1, round(plan_placement(cfg.layout, cfg.mode.name).trainer.amount))
-        simrun.setup_from_config = lambda c: replace(original_setup(c), train_devices=devices)
     try:
         return simrun.simulate(cfg, run_dir=run_dir, workload=workload)
     finally:
-        simrun.predict_lengths, simrun.setup_from_config = original_predict, original_setup
+        simrun.predict_lengths = original
 
 
 def same_plan(real: Path, sim: Path) -> bool:
@@ -360,24 +344,20 @@ def main(argv=None) -> int:
                                    max_tokens=cfg.generate.sampling_config.max_tokens)
         sim_dir = out / f"{name}-seed{args.seed}"
         real = measured_figures(run_dir)
-        sims = []
-        for variant, one in (("", False), ("-one-trainer-device", True)):
-            vdir = sim_dir.with_name(sim_dir.name + variant)
-            for stale in ("timeline.jsonl", "queue.jsonl", "metrics.jsonl"):
-                (vdir / stale).unlink(missing_ok=True)
-            result = simulate_as_planned(cfg, workload, reference, vdir, one_trainer_device=one)
-            if not same_plan(run_dir / "plan.json", vdir / "plan.json"):
-                raise SystemExit(f"{name}: the simulated plan differs from the real run's plan.json")
-            sim_metrics = [json.loads(line) for line in (vdir / "metrics.jsonl").read_text().splitlines() if line]
-            sim_spans = [json.loads(line) for line in (vdir / "timeline.jsonl").read_text().splitlines() if line]
-            sims.append(figures(sim_metrics, result.total_s, sim_spans))
-        sim = sims[0]
-        results[name] = (real, sim, info, sims[1])
+        for stale in ("timeline.jsonl", "queue.jsonl", "metrics.jsonl"):
+            (sim_dir / stale).unlink(missing_ok=True)
+        result = simulate_as_planned(cfg, workload, reference, sim_dir)
+        if not same_plan(run_dir / "plan.json", sim_dir / "plan.json"):
+            raise SystemExit(f"{name}: the simulated plan differs from the real run's plan.json")
+        sim_metrics = [json.loads(line) for line in (sim_dir / "metrics.jsonl").read_text().splitlines() if line]
+        sim_spans = [json.loads(line) for line in (sim_dir / "timeline.jsonl").read_text().splitlines() if line]
+        sim = figures(sim_metrics, result.total_s, sim_spans)
+        results[name] = (real, sim, info)
         log(f"{name}: measured {real['iteration_s']:.3f} s/iteration, simulated {sim['iteration_s']:.3f} "
             f"({info['generated_prompts']} prompts with real lengths, {info['reference_filled']} filled)")
 
     rows, worst = [], 0.0
-    for name, (real, sim, _, _) in results.items():
+    for name, (real, sim, _) in results.items():
         e_it = (sim["iteration_s"] - real["iteration_s"]) / real["iteration_s"]
         e_tok = (sim["tokens_per_s"] - real["tokens_per_s"]) / real["tokens_per_s"]
         worst = max(worst, abs(e_it), abs(e_tok))
@@ -387,14 +367,7 @@ def main(argv=None) -> int:
     main_table = table(["mode", "measured iteration s", "simulated", "error", "measured tokens/s", "simulated",
                         "error"], rows)
     rows = []
-    for name, (real, _, _, fixed) in results.items():
-        rows.append([f"`{name}`", f"{real['iteration_s']:.3f}", f"{fixed['iteration_s']:.3f}",
-                     pct(fixed["iteration_s"], real["iteration_s"]), f"{real['tokens_per_s']:.0f}",
-                     f"{fixed['tokens_per_s']:.0f}", pct(fixed["tokens_per_s"], real["tokens_per_s"])])
-    fixed_table = table(["mode", "measured iteration s", "simulated, trainer on one device", "error",
-                         "measured tokens/s", "simulated", "error"], rows)
-    rows = []
-    for name, (real, sim, _, _) in results.items():
+    for name, (real, sim, _) in results.items():
         mb = median_ratio(real["minibatch_s"], sim["minibatch_s"])
         tr = median_ratio(real["step_train_s"], sim["step_train_s"])
         rows.append([f"`{name}`", f"{real['gen_busy_s']:.1f} / {sim['gen_busy_s']:.1f}",
@@ -407,13 +380,13 @@ def main(argv=None) -> int:
                    "train s, real / sim", "train step real / sim (median)", "publish s", "load s (round trips)",
                    "gen idle", "trainer idle"], rows)
     rows = []
-    for name, (real, sim, _, fixed) in results.items():
+    for name, (real, sim, _) in results.items():
         c = cpu.get(name, {}).get("cpu_s")
         if not c:
             continue
         wall = c["seconds"]
         gen, train = c.get("generators", 0.0), c.get("trainer", 0.0)
-        sim_train = fixed["train_s"] + fixed["publish_s"]
+        sim_train = sim["train_s"] + sim["publish_s"]
         rows.append([f"`{name}`", f"{cpu[name]['load_average']:.1f}", f"{wall:.1f}",
                      f"{gen:.1f} / {sim['gen_busy_s'] + sim['load_s']:.1f} ({pct(sim['gen_busy_s'] + sim['load_s'], gen)})",
                      f"{train:.1f} / {sim_train:.1f} ({pct(sim_train, train)})",
@@ -422,7 +395,7 @@ def main(argv=None) -> int:
                      f"{c['machine'] / wall:.2f} of {os.cpu_count()}"])
     cpu_table = table(["mode", "load average at start", "loop s",
                        "generation actors: CPU s / simulated busy s (generate + load)",
-                       "trainer: CPU s / simulated busy s (train + publish, trainer on one device)",
+                       "trainer: CPU s / simulated busy s (train + publish)",
                        "driver CPU s", "Ray system CPU s", "cores the run used", "cores other jobs used",
                        "machine busy cores"], rows) if rows else ""
     hw = load_config([f"hardware={args.hardware}"]).hardware
@@ -433,9 +406,6 @@ def main(argv=None) -> int:
           f"lengths, the reference predictor.\n")
     print(main_table + "\n")
     print(f"Largest error {100 * worst:.1f}% (target < {100 * TARGET:.0f}%).\n")
-    print("**Variant: the hf trainer on its own device** (sim/run.setup_from_config trains a colocated (hybrid) run "
-          "on every device of the layout; the hf trainer is one process on one device, runtime/placement; async is "
-          "unchanged)\n\n" + fixed_table + "\n")
     print("**Where the time goes** (real / simulated)\n\n" + split)
     if cpu_table:
         print("\n**CPU time during each run's loop** (sampled every 0.5 s from /proc: this process's descendants "
