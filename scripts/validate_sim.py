@@ -260,17 +260,11 @@ def workload_file(run_dir: Path, cfg, prompts, prompt_tokens: dict[str, int], re
 # ---------------------------------------------------------------------- simulation
 def simulate_as_planned(cfg, workload, reference: dict[str, float], run_dir: Path):
     """``sim.run.simulate`` with the planner handed the reference-solution lengths, as the
-    real run's planner is (``simulate`` itself plans from a rank quality of the workload's
-    true lengths, ``sim.predictor_spearman``; here its ``predict_lengths`` is swapped for
-    the reference lengths for the duration of the call; ``same_plan`` checks the result)."""
+    real run's planner is (``same_plan`` checks the result)."""
     from mindspeed_rl_asp.sim import run as simrun
 
-    original = simrun.predict_lengths
-    simrun.predict_lengths = lambda work, quality, seed=0: {p.id: reference[p.id] for p in work.prompts}
-    try:
-        return simrun.simulate(cfg, run_dir=run_dir, workload=workload)
-    finally:
-        simrun.predict_lengths = original
+    return simrun.simulate(cfg, run_dir=run_dir, workload=workload,
+                           predicted={p.id: reference[p.id] for p in workload.prompts})
 
 
 def same_plan(real: Path, sim: Path) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
 from ..control.loop import Done, Fanout, Observer, drive
@@ -178,15 +178,19 @@ def lower_bounds(cfg, setup: SimSetup, workload: Workload) -> tuple[float, float
     return max(generation, training), generation, training
 
 
-def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] = None) -> SimResult:
-    """Simulate ``cfg.steps`` steps of the configured run; see the module docstring."""
+def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] = None,
+             predicted: Optional[Mapping[str, float]] = None) -> SimResult:
+    """Simulate ``cfg.steps`` steps of the configured run; see the module docstring.
+    ``predicted`` (prompt id -> length) replaces the predictions of rank quality
+    ``sim.predictor_spearman``: e.g. the lengths a real run's predictor gave its planner."""
     from ..runtime.planning import make_control_core, plan_minibatches
     from ..tasks import epochs_needed
 
     setup = setup_from_config(cfg)
     workload = workload or workload_from_config(cfg)
-    quality = "oracle" if cfg.sim.predictor_spearman is None else cfg.sim.predictor_spearman
-    predicted = predict_lengths(workload, quality, seed=cfg.sim.seed)
+    if predicted is None:
+        quality = "oracle" if cfg.sim.predictor_spearman is None else cfg.sim.predictor_spearman
+        predicted = predict_lengths(workload, quality, seed=cfg.sim.seed)
     epochs = epochs_needed(workload.num_prompts, cfg.steps, cfg.rl.global_batch_size)
     plan, minibatches = plan_minibatches(cfg, plan_items(workload, predicted), epochs)
     core = make_control_core(cfg, minibatches, setup.num_actors)
