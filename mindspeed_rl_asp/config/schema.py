@@ -99,6 +99,15 @@ class EngineConfig:
     num_threads: int = 1
     gpu_memory_utilization: float = 0.5
     max_num_seqs: int = 64
+    # engine=vllm (engines/vllm_platform.py has the per-device choices). KV cache bytes per
+    # instance: 0 means max_num_seqs full sequences on cpu, gpu_memory_utilization on
+    # cuda/npu; max_model_len 0: the model's max_position_embeddings; tensor_parallel_size
+    # must fit the instance (layout.infer_instance_size devices).
+    kv_cache_memory_bytes: int = 0
+    max_model_len: int = 0
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
     # Engine profile for the simulator (sim/profiles.EngineProfile): "continuous" (vLLM)
     # or "static" (HF generate) batching, seconds per decode step outside the kernels,
     # per weight refresh besides the transfer, and per train <-> generate switch in

@@ -217,6 +217,23 @@ def algo_problems(algo) -> list[str]:
     return []
 
 
+def engine_problems(cfg) -> list[str]:
+    """engine=vllm: platform installed, tensor-parallel size within the instance, KV budget
+    of at least one sequence (engines/vllm_platform.py has the rules; vLLM is not imported)."""
+    if cfg.engine.name != "vllm":
+        return []
+    import json
+
+    from ..engines.vllm_platform import config_problems
+
+    path = Path(cfg.model.path)
+    if not path.is_absolute() and not path.exists():
+        path = Path(__file__).resolve().parents[2] / cfg.model.path
+    config = path / "config.json"
+    model_config = json.loads(config.read_text()) if config.is_file() else None
+    return config_problems(cfg.engine, cfg.layout.infer_instance_size, model_config)
+
+
 def validate_config(cfg, training: bool = True) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`).
 
@@ -228,6 +245,7 @@ def validate_config(cfg, training: bool = True) -> None:
     _choice(problems, "scheduler.predictor", cfg.scheduler.predictor, PREDICTORS)
     if cfg.engine.num_threads < 0:
         problems.append(f"engine.num_threads={cfg.engine.num_threads} must be >= 0 (0: torch default)")
+    problems += engine_problems(cfg)
     problems += mode_problems(cfg.mode)
     problems += layout_problems(cfg.layout, cfg.mode.name)
     if not problems:
