@@ -26,8 +26,6 @@ the output order is the dataset order.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,7 +36,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 DEFAULT_MODEL = "mindspeed_rl_asp/assets/tiny-maze-qwen3"
-EPOCH_SEED_STRIDE = 1_000_003  # sampling seeds of pass k: seed + k * stride + batch offset
 
 
 def resolve_model(path: str) -> str:
@@ -51,12 +48,14 @@ def resolve_model(path: str) -> str:
 def profile(model: str = DEFAULT_MODEL, num_prompts: int = 600, seed: int = 0, samples_per_prompt: int = 2,
             max_tokens: int = 256, batch_size: int = 32, num_threads: int = 1, temperature: float = 1.0,
             progress: bool = True) -> list[dict]:
-    """Sample the policy; return one record per prompt (the JSONL lines, as dicts)."""
+    """Sample the policy; return one record per prompt (the JSONL lines, as dicts).
+
+    The sampling is the package's (``runtime/length_profile.sample_lengths``), the one
+    ``asp-train scheduler.predictor=ridge|lm`` profiles its prompts with."""
     from tqdm import tqdm
 
-    from mindspeed_rl_asp.engines.base import SamplingParams
     from mindspeed_rl_asp.engines.hf import HFGenerationEngine
-    from mindspeed_rl_asp.policy.evaluate import sample_and_score
+    from mindspeed_rl_asp.runtime.length_profile import profile_records, sample_lengths
     from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, make_dataset
 
     for name, value in (("num_prompts", num_prompts), ("samples_per_prompt", samples_per_prompt),
@@ -65,58 +64,31 @@ def profile(model: str = DEFAULT_MODEL, num_prompts: int = 600, seed: int = 0, s
             raise ValueError(f"{name}={value} must be >= 1")
     items = make_dataset(num_prompts, seed, MazeTaskSpec())
     engine = HFGenerationEngine(resolve_model(model), num_threads=num_threads)
-    tokenizer = engine.tokenizer
-    prompt_len = {p.id: len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) for p in items}
-    ordered = sorted(items, key=lambda p: prompt_len[p.id])
-    lengths: dict[str, list[int]] = {p.id: [] for p in items}
-    finished: dict[str, list[bool]] = {p.id: [] for p in items}
     bar = tqdm(total=num_prompts * samples_per_prompt, unit="sample", disable=not progress, desc="profiling")
-    for k in range(samples_per_prompt):
-        done_before = [0]
 
-        def on_batch(done: int, tokens_per_second: float) -> None:
-            bar.update(done - done_before[0])
-            done_before[0] = done
-            bar.set_postfix(pass_=k + 1, tok_s=f"{tokens_per_second:.0f}")
+    def on_batch(k: int, done: int, tokens_per_second: float) -> None:
+        bar.n = k * num_prompts + done
+        bar.set_postfix(pass_=k + 1, tok_s=f"{tokens_per_second:.0f}")
+        bar.refresh()
 
-        sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed + k * EPOCH_SEED_STRIDE)
-        samples, _ = sample_and_score(engine, tokenizer, ordered, sampling, batch_size=batch_size, on_batch=on_batch)
-        for s in samples:
-            lengths[s.prompt_id].append(s.response_length)
-            finished[s.prompt_id].append(s.finished)
+    lengths, finished = sample_lengths(engine, engine.tokenizer, items, samples_per_prompt, max_tokens, seed,
+                                       batch_size=batch_size, temperature=temperature, on_batch=on_batch)
     bar.close()
-    return [{"id": p.id, "prompt": p.prompt, "size": p.size, "lengths": lengths[p.id],
-             "mean_length": sum(lengths[p.id]) / len(lengths[p.id]), "finished": finished[p.id]} for p in items]
+    return profile_records(items, lengths, finished, extra=lambda p: {"size": p.size})
 
 
 def write_jsonl(records: Sequence[dict], path: str | Path) -> None:
     """Write atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, path)
+    from mindspeed_rl_asp.runtime.length_profile import write_profile
+
+    write_profile(records, path)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Read a profile; each line needs id, prompt and a non-empty list of lengths."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{n}: not JSON ({error})") from None
-            if not isinstance(r, dict) or not {"id", "prompt", "lengths"} <= set(r) or not r["lengths"]:
-                raise ValueError(f"{path}:{n}: need an object with id, prompt and non-empty lengths")
-            records.append(r)
-    if not records:
-        raise ValueError(f"{path}: no records")
-    return records
+    from mindspeed_rl_asp.runtime.length_profile import read_profile
+
+    return read_profile(path)
 
 
 def summary_line(records: Sequence[dict], seconds: float) -> str:

@@ -55,6 +55,9 @@ def train(cfg, dry_run: bool = False) -> int:
         console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
                       f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
+        from ..runtime.length_profile import describe_predictor
+
+        console.print(describe_predictor(cfg, num_prompts))
         return 0
     from ..runtime.driver import run_training
 

@@ -150,6 +150,18 @@ class SchedulerConfig:
     base_batch_size: int = 4
     slack: int = 1
     group_size: int = 2
+    # The predictor in the loop (runtime/length_profile.py, docs/scheduler.md "Predictors
+    # in the loop"). ridge | lm: profile_share of the task's prompts are sampled
+    # profile_samples times with the starting policy, the predictor is fitted on them but
+    # the profile_holdout share of them (scored for rank quality) and predicts the rest.
+    # history: the lengths of lengths_file (scripts/profile_lengths.py's JSONL) with a
+    # ridge fallback. predictor_path: a predictor saved by an earlier run
+    # (<run_dir>/length_predictor), loaded instead of profiling and fitting.
+    profile_share: float = 0.25
+    profile_samples: int = 1
+    profile_holdout: float = 0.25
+    lengths_file: str = ""
+    predictor_path: str = ""
 
 
 @dataclass

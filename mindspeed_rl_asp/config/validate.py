@@ -111,6 +111,7 @@ def batch_problems(cfg, training: bool) -> list[str]:
             f"scheduler.slack={sched.slack} must be in [0, scheduler.base_batch_size - 1] = "
             f"[0, {sched.base_batch_size - 1}]"
         )
+    p += predictor_problems(sched)
     if training and task.num_prompts < rl.global_batch_size and not (from_file and task.num_prompts == 0):
         p.append(
             f"rl.global_batch_size={rl.global_batch_size} exceeds task.num_prompts={task.num_prompts}: a step "
@@ -123,6 +124,37 @@ def batch_problems(cfg, training: bool) -> list[str]:
         p.append(f"eval.samples_per_prompt={cfg.eval.samples_per_prompt} must be >= 1")
     if sched.base_batch_size > task.num_prompts and not (from_file and task.num_prompts == 0):
         p.append(f"scheduler.base_batch_size={sched.base_batch_size} exceeds task.num_prompts={task.num_prompts}")
+    return p
+
+
+def predictor_problems(sched) -> list[str]:
+    """The predictor in the loop (runtime/length_profile.py): shares, files, and which
+    predictor each key goes with."""
+    p: list[str] = []
+    kind = sched.predictor
+    if not 0.0 < sched.profile_share <= 1.0:
+        p.append(f"scheduler.profile_share={sched.profile_share} must be in (0, 1]: the share of the task's prompts "
+                 "sampled with the starting policy")
+    if not 0.0 <= sched.profile_holdout < 1.0:
+        p.append(f"scheduler.profile_holdout={sched.profile_holdout} must be in [0, 1): the share of the profiled "
+                 "prompts kept out of the fit to measure rank quality")
+    if sched.profile_samples < 1:
+        p.append(f"scheduler.profile_samples={sched.profile_samples} must be >= 1")
+    if sched.lengths_file:
+        if kind != "history":
+            p.append(f"scheduler.lengths_file is read by scheduler.predictor=history only, not {kind}")
+        elif not Path(sched.lengths_file).is_file():
+            p.append(f"scheduler.lengths_file={sched.lengths_file!r}: no such file (a JSONL of "
+                     "scripts/profile_lengths.py, or an earlier run's length_profile.jsonl)")
+    elif kind == "history":
+        p.append("scheduler.predictor=history needs scheduler.lengths_file: observed lengths from an earlier "
+                 "profile or run (scripts/profile_lengths.py's JSONL, or <run_dir>/length_profile.jsonl)")
+    if sched.predictor_path:
+        if kind not in ("ridge", "lm"):
+            p.append(f"scheduler.predictor_path loads a ridge or lm predictor; scheduler.predictor={kind} fits none")
+        elif not (Path(sched.predictor_path) / "meta.json").is_file():
+            p.append(f"scheduler.predictor_path={sched.predictor_path!r}: no saved predictor there (expected a "
+                     "directory with meta.json, an earlier run's <run_dir>/length_predictor)")
     return p
 
 

@@ -93,7 +93,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     task = task if task is not None else configured_task(cfg, tokenizer, training=True)
     prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    plan, epochs, minibatches = plan_run(cfg, prompts)
+    plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
     plan.save(run_dir / "plan.json")
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))

@@ -29,13 +29,36 @@ def plan_minibatches(cfg, items: Sequence[tuple[str, float]], epochs: int):
     return plan, repeat_for_epochs(plan, epochs)
 
 
-def plan_run(cfg, prompts):
-    """``(plan, epochs, minibatches)`` for the task's ``prompts`` and ``cfg.steps``."""
+def run_items(cfg, prompts, run_dir=None, log=None) -> list[tuple[str, float]]:
+    """(prompt id, predicted length) for the task's ``prompts`` from ``scheduler.predictor``.
+
+    ``reference``: the task's reference lengths. ``ridge`` / ``lm`` / ``history``: the
+    predictor in the loop (:func:`~mindspeed_rl_asp.runtime.length_profile.profile_and_predict`:
+    profile with the starting policy, fit, predict; its files go into ``run_dir``).
+    Without ``run_dir`` (the dry run) the policy is neither sampled nor loaded: ``history``
+    still reads its lengths file, ``ridge`` / ``lm`` plan every prompt at the generation
+    budget (``generate.sampling_config.max_tokens``)."""
     from ..schedule.configured import task_items
+
+    sched = cfg.scheduler
+    if sched.predictor == "reference":
+        return task_items(cfg, prompts)
+    from .length_profile import profile_and_predict
+
+    if run_dir is None and sched.predictor != "history":
+        budget = float(cfg.generate.sampling_config.max_tokens)
+        return [(p.id, budget) for p in prompts]
+    return profile_and_predict(cfg, prompts, run_dir, log=log)[0]
+
+
+def plan_run(cfg, prompts, run_dir=None, log=None):
+    """``(plan, epochs, minibatches)`` for the task's ``prompts`` and ``cfg.steps``;
+    ``run_dir``: the run's directory, where a fitted predictor and its report go (see
+    :func:`run_items`; None: the dry run, nothing sampled)."""
     from ..tasks import epochs_needed
 
     epochs = epochs_needed(len(prompts), cfg.steps, cfg.rl.global_batch_size)
-    plan, minibatches = plan_minibatches(cfg, task_items(cfg, prompts), epochs)
+    plan, minibatches = plan_minibatches(cfg, run_items(cfg, prompts, run_dir, log), epochs)
     return plan, epochs, minibatches
 
 

@@ -301,3 +301,76 @@ class LMLengthPredictor:
 
     def predict(self, prompts: Sequence[str]) -> np.ndarray:
         return np.expm1(np.clip(self.predict_log(prompts), 0.0, 50.0))
+
+    # ------------------------------------------------------------------ save / load
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted predictor to the directory ``path``, atomically (built beside it,
+        then renamed): ``meta.json`` (settings, target scaling), ``backbone/`` (the
+        fine-tuned transformer and its tokenizer, safetensors) and ``head.safetensors``."""
+        from .predictor_files import write_predictor_dir
+
+        if self._head is None:
+            raise ValueError("LMLengthPredictor is not fitted: nothing to save")
+
+        def tensors(tmp: Path) -> None:
+            from safetensors.torch import save_file
+
+            self._backbone.save_pretrained(tmp / "backbone")
+            self._tokenizer.save_pretrained(tmp / "backbone")
+            save_file({"weight": self._head.weight.detach().float().cpu().contiguous(),
+                       "bias": self._head.bias.detach().float().cpu().contiguous()}, str(tmp / "head.safetensors"))
+
+        meta = {"kind": "lm", "pooling": self.pooling, "mu": self._mu, "sd": self._sd,
+                "hidden_size": int(self._backbone.config.hidden_size), "max_prompt_tokens": self.max_prompt_tokens,
+                "dtype": self.dtype, "base_model": self.model_path.name, "fit_seconds": self.fit_seconds_,
+                "loss_history": self.loss_history_, "num_parameters": self.num_parameters_}
+        return write_predictor_dir(path, meta, tensors)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", num_threads: int = 0,
+             predict_batch_size: int = 64) -> "LMLengthPredictor":
+        """The predictor :meth:`save` wrote; a directory that does not fit (missing files,
+        a head whose width is not the backbone's) raises ``PredictorFileError``."""
+        import torch
+
+        from .predictor_files import PredictorFileError, read_predictor_meta
+
+        path = Path(path)
+        meta = read_predictor_meta(path, "lm")
+        for need in ("backbone/config.json", "head.safetensors"):
+            if not (path / need).is_file():
+                raise PredictorFileError(f"{path}: saved lm predictor without {need}")
+        try:
+            out = cls(model_path=path / "backbone", pooling=meta["pooling"], max_prompt_tokens=meta["max_prompt_tokens"],
+                      device=device, dtype=meta["dtype"], num_threads=num_threads,
+                      predict_batch_size=predict_batch_size)
+            mu, sd, hidden = float(meta["mu"]), float(meta["sd"]), int(meta["hidden_size"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise PredictorFileError(f"{path / 'meta.json'}: not an lm predictor ({error!r})") from None
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            head = load_file(str(path / "head.safetensors"))
+        except (SafetensorError, OSError) as error:
+            raise PredictorFileError(f"{path / 'head.safetensors'}: unreadable ({error})") from None
+        with out._threads():
+            out._backbone, out._tokenizer = out._load()
+        width = int(out._backbone.config.hidden_size)
+        if width != hidden or set(head) != {"weight", "bias"} or tuple(head["weight"].shape) != (1, width) \
+                or tuple(head["bias"].shape) != (1,):
+            shapes = {k: tuple(v.shape) for k, v in head.items()}
+            raise PredictorFileError(
+                f"{path}: the head {shapes} does not fit the backbone (hidden size {width}, meta.json says {hidden})")
+        device_ = next(out._backbone.parameters()).device
+        out._head = torch.nn.Linear(width, 1).to(device_)
+        with torch.no_grad():
+            out._head.weight.copy_(head["weight"])
+            out._head.bias.copy_(head["bias"])
+        out._backbone.eval()
+        out._head.eval()
+        out._mu, out._sd = mu, sd
+        out.fit_seconds_ = float(meta.get("fit_seconds", float("nan")))
+        out.loss_history_ = list(meta.get("loss_history", []))
+        out.num_parameters_ = int(meta.get("num_parameters", 0))
+        return out

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from .observations import observed_lengths
+from .predictor_files import PredictorFileError, read_predictor_meta, write_predictor_dir
 
 __all__ = [
     "LengthPredictor",
@@ -37,6 +39,9 @@ __all__ = [
     "FeatureRidgePredictor",
     "PREDICTORS",
     "rank_quality",
+    "PredictorFileError",
+    "save_predictor",
+    "load_predictor",
     "kendall_tau",
     "spearman_rho",
 ]
@@ -180,6 +185,60 @@ class FeatureRidgePredictor:
         z = (self._matrix(prompts) - self._mu) / self._sd
         log_len = self._coef[0] + z @ self._coef[1:]
         return np.expm1(np.clip(log_len, 0.0, 50.0))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted predictor to the directory ``path`` (atomically): ``meta.json``
+        holds everything (the coefficients are a few floats; JSON floats round-trip exactly).
+        Only the default :class:`PromptFeatures` can be saved."""
+        if self._coef is None:
+            raise ValueError("FeatureRidgePredictor is not fitted: nothing to save")
+        if type(self.features) is not PromptFeatures:
+            raise ValueError("only a FeatureRidgePredictor with the default PromptFeatures can be saved")
+        meta = {"kind": "ridge", "alpha": self.alpha, "max_tags": self.features.max_tags,
+                "tags": list(self.features.tags), "mu": self._mu.tolist(), "sd": self._sd.tolist(),
+                "coef": self._coef.tolist()}
+        return write_predictor_dir(path, meta, lambda tmp: None)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "FeatureRidgePredictor":
+        meta = read_predictor_meta(path, "ridge")
+        try:
+            features = PromptFeatures(int(meta["max_tags"]))
+            features.tags = [str(t) for t in meta["tags"]]
+            out = cls(features, float(meta["alpha"]))
+            mu, sd, coef = (np.asarray(meta[k], dtype=np.float64) for k in ("mu", "sd", "coef"))
+        except (KeyError, TypeError, ValueError) as error:
+            raise PredictorFileError(f"{Path(path) / 'meta.json'}: not a ridge predictor ({error!r})") from None
+        d = 2 + len(features.tags)
+        if not (mu.shape == sd.shape == (d,) and coef.shape == (d + 1,)):
+            raise PredictorFileError(
+                f"{Path(path) / 'meta.json'}: {len(features.tags)} tags give {d} features, but mu/sd/coef have "
+                f"{mu.shape}/{sd.shape}/{coef.shape} entries (expected {d}/{d}/{d + 1})")
+        if not (np.all(np.isfinite(coef)) and np.all(np.isfinite(mu)) and np.all(sd > 0)):
+            raise PredictorFileError(f"{Path(path) / 'meta.json'}: non-finite coefficients or non-positive sd")
+        out._mu, out._sd, out._coef = mu, sd, coef
+        return out
+
+
+# --------------------------------------------------------------------------- save / load
+def save_predictor(predictor, path) -> Path:
+    """Save a fitted ridge or lm predictor into the directory ``path`` (atomic)."""
+    if not hasattr(predictor, "save"):
+        raise ValueError(f"{type(predictor).__name__} cannot be saved (ridge and lm predictors can)")
+    return predictor.save(path)
+
+
+def load_predictor(path, kind: str | None = None, **lm_kwargs) -> "LengthPredictor":
+    """The predictor saved at ``path`` (its kind read from meta.json; ``kind`` checks it).
+    ``lm_kwargs`` (e.g. ``num_threads``) go to :meth:`LMLengthPredictor.load`."""
+    meta = read_predictor_meta(path, kind)
+    if meta.get("kind") == "ridge":
+        return FeatureRidgePredictor.load(path)
+    if meta.get("kind") == "lm":
+        from .lm_predictor import LMLengthPredictor
+
+        return LMLengthPredictor.load(path, **lm_kwargs)
+    raise PredictorFileError(f"{Path(path) / 'meta.json'}: unknown predictor kind {meta.get('kind')!r}")
 
 
 def _lm_predictor(**kwargs) -> LengthPredictor:
