@@ -30,7 +30,7 @@ def train(cfg, dry_run: bool = False) -> int:
     from ..schedule.configured import configured_task
 
     console = Console()
-    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name)
+    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks)
     # The task first: a bad file, field, row or reward stops here, before the run directory exists.
     # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
     # loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).
@@ -52,6 +52,7 @@ def train(cfg, dry_run: bool = False) -> int:
         plan, epochs, minibatches = plan_run(cfg, task.prompts)
         make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
         console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
+        console.print(describe_weights(cfg))
         console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
                       f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
@@ -105,6 +106,21 @@ def train(cfg, dry_run: bool = False) -> int:
     console.print(f"done: {summary['steps']} steps in {summary['wall_time_s']:.1f} s; "
                   f"`asp-report {run_dir}` draws the timeline, queue and rewards")
     return 0
+
+
+def describe_weights(cfg) -> str:
+    """One line: how versions reach the actors (weights.transport)."""
+    w = cfg.weights
+    if w.transport == "collective":
+        from ..weights.collective import backend_for
+
+        how = (f"collective ({backend_for(cfg.layout.device_type)} pair group per actor, {w.bucket_mb:g} MB buckets, "
+               f"{'prefetched at publish' if w.prefetch else 'sent at load'})")
+    elif w.transport == "files":
+        how = f"files (safetensors in {w.dir or '<run_dir>/weights'})"
+    else:
+        how = "Ray object store"
+    return f"weights: trainer rank 0 -> every generation actor by {how}"
 
 
 def print_comparison(console, title: str, comparison: dict, samples_per_prompt: int) -> None:

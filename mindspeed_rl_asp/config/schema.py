@@ -12,7 +12,7 @@ Keys that MindSpeed-RL users know keep MindSpeed-RL's names: ``global_batch_size
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..algo.grpo import GRPOLossKeys
 
@@ -255,6 +255,17 @@ class TrainConfig:
     lr: float = 3e-5
     weight_decay: float = 0.0
     clip_grad: float = 1.0
+    # Trainer ranks: 1 (one process), a number up to layout.train_nodes x
+    # devices_per_node (hybrid: every node's devices), or "auto" (all of them). Several
+    # ranks train data-parallel, sharded with FSDP2, one Ray actor per device, over
+    # torch.distributed (gloo on cpu, nccl on gpu, hccl on npu: layout.device_type).
+    ranks: Any = 1
+
+
+def training_devices(layout, mode_name: str) -> int:
+    """The devices trainer ranks may use: T nodes x devices per node (hybrid: every node's)."""
+    nodes = layout.nodes if mode_name == "hybrid" else layout.train_nodes
+    return nodes * layout.devices_per_node
 
 
 @dataclass
@@ -308,6 +319,28 @@ class SimConfig:
     study: str = ""
 
 
+WEIGHT_TRANSPORTS = ("object_store", "collective", "files")
+
+
+@dataclass
+class WeightsConfig:
+    """How a published version reaches the generation actors (runtime/transport.py).
+
+    ``object_store``: Ray's object store (fine for small models). ``collective``: from
+    trainer rank 0 to each actor over a torch.distributed pair group (gloo / nccl /
+    hccl by layout.device_type) in buckets of ``bucket_mb``, swapped in only once
+    complete; ``prefetch`` starts every actor's transfer when the version is published,
+    while it generates. ``files``: safetensors in ``dir`` ("" = <run_dir>/weights; on a
+    cluster, a file system every node sees). ``timeout_s`` bounds a transfer's wait.
+    """
+
+    transport: str = "object_store"
+    bucket_mb: float = 64.0
+    prefetch: bool = True
+    timeout_s: float = 120.0
+    dir: str = ""
+
+
 @dataclass
 class RootConfig:
     layout: LayoutConfig = field(default_factory=LayoutConfig)
@@ -324,6 +357,7 @@ class RootConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
     seed: int = 0
     steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..control.core import AT_FINISH, REFRESH_POLICIES
-from .schema import DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS
+from .schema import (DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS, WEIGHT_TRANSPORTS,
+                     training_devices)
 
 
 class ConfigError(ValueError):
@@ -249,6 +250,24 @@ def algo_problems(algo) -> list[str]:
     return []
 
 
+def distributed_problems(cfg) -> list[str]:
+    """``train.ranks`` (trainer ranks) and the ``weights`` transport keys."""
+    p: list[str] = []
+    ranks, most = cfg.train.ranks, training_devices(cfg.layout, cfg.mode.name)
+    where = ("layout.nodes x layout.devices_per_node" if cfg.mode.name == "hybrid"
+             else "layout.train_nodes x layout.devices_per_node")
+    if ranks != "auto" and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        p.append(f"train.ranks={ranks!r} must be a whole number >= 1 or 'auto' (every training device)")
+    elif ranks != "auto" and ranks > most:
+        p.append(f"train.ranks={ranks} exceeds the {most} training device(s) ({where}); lower train.ranks, "
+                 f"set train.ranks=auto, or give the Training Unit more devices")
+    w = cfg.weights
+    _choice(p, "weights.transport", w.transport, WEIGHT_TRANSPORTS)
+    _positive(p, "weights.bucket_mb", w.bucket_mb)
+    _positive(p, "weights.timeout_s", w.timeout_s)
+    return p
+
+
 def engine_problems(cfg) -> list[str]:
     """engine=vllm: platform installed, tensor-parallel size within the instance, KV budget
     of at least one sequence (engines/vllm_platform.py has the rules; vLLM is not imported)."""
@@ -286,6 +305,8 @@ def validate_config(cfg, training: bool = True) -> None:
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
+    if not any(q.startswith("layout.") for q in problems):
+        problems += distributed_problems(cfg)
     if problems:
         listing = "\n".join(f"  - {problem}" for problem in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")

@@ -306,6 +306,11 @@ class HFTrainingEngine:
         tensors = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
         return WeightSnapshot(version=self.version, tensors=tensors)
 
+    def state_tensors(self) -> dict:
+        """The live parameters and buffers, name -> tensor, not copied (tied weights stay one
+        tensor): for transports that make their own copy (files, collective)."""
+        return {k: v.detach() for k, v in self.model.state_dict().items()}
+
     def save(self, path: str | Path) -> None:
         """A Hugging Face checkpoint directory (config, safetensors weights, tokenizer)."""
         self.model.save_pretrained(str(path), safe_serialization=True)

@@ -64,14 +64,17 @@ def task_config_for_actors(cfg) -> dict:
 
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
-                 on_eval: Callable[[str, int, int], None] | None = None, task=None) -> dict:
+                 on_eval: Callable[[str, int, int], None] | None = None, task=None,
+                 fail_transfer_once: int | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
     during the final initial-vs-final check. ``task``: the run's task if the caller built
     it already (``schedule.configured.configured_task``, before writing the run directory).
 
-    ``fail_actor_once`` / ``fail_trainer_at_step`` are fault-injection seams for tests."""
+    ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
+    collective weight transfer stops after that many buckets) are fault-injection seams
+    for tests."""
     import ray
 
     from ..config.validate import resolve_model_path
@@ -80,12 +83,14 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..policy.tokenizer import load_tokenizer
     from ..schedule.configured import configured_task
     from ..tasks import base_prompt_id
+    from .distributed import connect_trainer_ranks
     from .generation_unit import GenerationWorker
     from .planning import make_control_core, plan_run
     from .ray_cluster import RayCluster
     from .placement import plan_placement
     from .recorder import RunRecorder
     from .training_unit import TrainingWorker
+    from .transport import make_transport, remote_class
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
@@ -96,7 +101,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
     plan.save(run_dir / "plan.json")
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
-    placement = plan_placement(layout, cfg.mode.name, pin_nodes=bool(os.environ.get("RAY_ADDRESS")))
+    multi_node = bool(os.environ.get("RAY_ADDRESS"))
+    placement = plan_placement(layout, cfg.mode.name, pin_nodes=multi_node, ranks=cfg.train.ranks)
     (run_dir / "placement.txt").write_text(placement.describe() + "\n")
     core = make_control_core(cfg, minibatches, len(placement.generators))
 
@@ -110,24 +116,35 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         threads = cfg.engine.num_threads
         engine_cfg = OmegaConf.to_container(cfg.engine)
         sampling = OmegaConf.to_container(cfg.generate.sampling_config)
-        gen_cls = ray.remote(GenerationWorker)
+        transport_name, num_gen = cfg.weights.transport, len(placement.generators)
+        gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
         generators = [
             gen_cls.options(**_ray_options(pg, slot, placement.resource, threads)).remote(
                 slot.index, engine_cfg, model_path, sampling, cfg.rl.n_samples_per_prompt)
             for slot in placement.generators
         ]
-        trainer = ray.remote(TrainingWorker).options(**_ray_options(pg, placement.trainer, placement.resource,
-                                                                    threads)).remote(
-            engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
-            OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
-            cfg.generate.sampling_config.temperature, tuple(task.import_roots()))
-        ray.get([g.ready.remote() for g in generators] + [trainer.ready.remote()])
+        # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
+        trainers = [
+            remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
+                **_ray_options(pg, slot, placement.resource, threads)).remote(
+                engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+                OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
+                cfg.generate.sampling_config.temperature, tuple(task.import_roots()))
+            for slot in placement.trainers
+        ]
+        trainer = trainers[0]
+        ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
+        connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
+        transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
+                                   local=not multi_node)
         if fail_actor_once is not None:
             ray.get(generators[fail_actor_once].inject_failure.remote())
         if fail_trainer_at_step is not None:
-            ray.get(trainer.inject_failure.remote(fail_trainer_at_step))
+            ray.get([t.inject_failure.remote(fail_trainer_at_step) for t in trainers])
+        if fail_transfer_once is not None:
+            ray.get(trainer.inject_transfer_failure.remote(fail_transfer_once))
 
-        cluster = RayCluster(generators, trainer, prompt_tokens, cfg.seed)
+        cluster = RayCluster(generators, trainers, prompt_tokens, cfg.seed, transport)
         start = cluster.now()
         recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
                                if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start)
@@ -136,7 +153,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         wall_time = cluster.now() - start
         final_path = run_dir / "final_policy"
         if cfg.eval.save_final_policy or cfg.eval.num_prompts:
-            ray.get(trainer.save.remote(str(final_path)))
+            ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
         summary = {
             "steps": finish.steps, "wall_time_s": wall_time, "epochs": epochs,
             "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),

@@ -6,9 +6,16 @@ says so, between minibatches: never a global pause. It returns two objects per
 minibatch: small metadata the Control Unit reads (lengths, version, timing) and the
 payload (tokens, log-probs) that goes into the Training Queue as an object reference
 and is only ever fetched by the trainer.
+
+A version arrives as the transport says (``runtime/transport.py``): a snapshot from the
+object store, a directory of safetensors, or, with the collective transport, buckets
+received over a pair group on the actor's transport thread (``receive_weights``, which
+may run while the actor generates). ``load_weights`` swaps a version into the engine
+only once all of it is there; a transfer that failed leaves the engine untouched.
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field, replace
 
@@ -68,10 +75,20 @@ class MinibatchReport:
 
 @dataclass
 class LoadReport:
+    """``start``..``end``: the actor not generating because of this refresh. With the
+    collective transport, ``wait_s`` of it waited for buckets still arriving, ``swap_s``
+    copied the complete version into the engine, and ``transfer_s`` is how long the
+    transfer took (on the transport thread, overlapping generation when prefetched)."""
+
     actor: int
     version: int
     start: float
     end: float
+    transport: str = "object_store"
+    bytes: int = 0
+    wait_s: float = 0.0
+    swap_s: float = 0.0
+    transfer_s: float = 0.0
 
 
 class GenerationWorker:
@@ -88,6 +105,11 @@ class GenerationWorker:
         self.sampling = SamplingParams.from_config(sampling)
         self.n_samples = n_samples
         self._fail_next = False
+        # Collective transport: transfer seq -> ("ok", views, flat, stats) | ("failed", error).
+        self._staged: dict[int, tuple] = {}
+        self._discarded: set[int] = set()
+        self._arrivals = threading.Condition()
+        self._receiver = None
 
     def generate(self, minibatch_id: str, prompts: list[tuple[str, list[int]]], seed: int):
         """Generate every sample of ``prompts``; returns (MinibatchReport, {prompt_id: SampleGroup})."""
@@ -108,15 +130,88 @@ class GenerationWorker:
                                  out.response_lengths)
         return report, groups
 
-    def load_weights(self, version: int, snapshot) -> LoadReport:
+    def load_weights(self, version: int, snapshot, transfer: int | None = None) -> LoadReport:
+        """Swap ``version`` into the engine. ``snapshot``: a ``WeightSnapshot`` (object
+        store), a ``FileHandle`` (files) or a ``CollectiveHandle`` whose transfer number
+        ``transfer`` this waits for (collective)."""
+        from ..engines.base import WeightSnapshot
+        from ..weights.collective import CollectiveHandle, TransferError
+        from ..weights.store import DirectorySnapshots
+        from .transport import FileHandle
+
         start = time.time()
+        report = {"transport": "object_store"}
+        if isinstance(snapshot, FileHandle):
+            _, tensors = DirectorySnapshots(snapshot.root, keep=None).load(snapshot.version)
+            snapshot = WeightSnapshot(snapshot.version, tensors)
+            report = {"transport": "files", "bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
+        elif isinstance(snapshot, CollectiveHandle):
+            timeout = snapshot.timeout_s
+            with self._arrivals:
+                if not self._arrivals.wait_for(lambda: transfer in self._staged or transfer in self._discarded,
+                                               timeout=timeout):
+                    raise TransferError(f"generation actor {self.actor_index}: version {version} did not arrive "
+                                        f"within weights.timeout_s={timeout:g} s; the actor keeps version "
+                                        f"{self.engine.weight_version}")
+                entry = self._staged.get(transfer)
+            if entry is None:
+                raise TransferError(f"generation actor {self.actor_index}: transfer {transfer} of version {version} "
+                                    "was superseded before it was loaded")
+            if entry[0] == "failed":
+                raise TransferError(entry[1])
+            _, views, _, stats = entry
+            snapshot = WeightSnapshot(snapshot.version, views)
+            report = {"transport": "collective", "bytes": stats.bytes, "transfer_s": stats.seconds,
+                      "wait_s": time.time() - start}
+        swap = time.time()
         self.engine.load_weights(snapshot)
         check_loaded_version(self.actor_index, version, self.engine.weight_version)
-        return LoadReport(self.actor_index, version, start, time.time())
+        if transfer is not None:
+            self._discard(lambda seq: seq <= transfer)
+        end = time.time()
+        return LoadReport(self.actor_index, version, start, end, swap_s=end - swap, **report)
+
+    def receive_weights(self, seq: int, generation: int, handle, keep: list[int]) -> dict:
+        """The collective transport's receiving side (on the transport thread): transfer
+        number ``seq`` of ``handle.version`` over pair-group attempt ``generation``. Once
+        earlier transfers have ended, completed ones not in ``keep`` (no load waits on
+        them) are discarded. The engine is never touched here. Returns what happened
+        (``ok``, and ``error`` if not: the load that waits on it fails with that)."""
+        from ..weights.collective import WeightReceiver
+
+        if self._receiver is None:
+            self._receiver = WeightReceiver(self.actor_index)
+        try:
+            views, flat, stats = self._receiver.receive(
+                handle, generation, seq, before=lambda: self._discard(lambda s: s < seq and s not in keep))
+        except Exception as error:  # noqa: BLE001 - recorded for the load, which fails with it
+            with self._arrivals:
+                self._staged[seq] = ("failed", str(error))
+                self._arrivals.notify_all()
+            return {"ok": False, "version": handle.version, "error": str(error)}
+        with self._arrivals:
+            self._staged[seq] = ("ok", views, flat, stats)
+            self._arrivals.notify_all()
+        return {"ok": True, "version": stats.version, "bytes": stats.bytes, "seconds": stats.seconds}
+
+    def _discard(self, which) -> None:
+        with self._arrivals:
+            for seq in [s for s in self._staged if which(s)]:
+                entry = self._staged.pop(seq)
+                self._discarded.add(seq)
+                if entry[0] == "ok" and self._receiver is not None:
+                    self._receiver.recycle(entry[2])
+            self._arrivals.notify_all()
 
     def inject_failure(self) -> None:
         """Debug seam for fault tests: the next ``generate`` raises mid-minibatch."""
         self._fail_next = True
+
+    def engine_weights(self) -> tuple[int, dict]:
+        """Debug seam for tests: (the engine's version, copies of its tensors)."""
+        model = getattr(self.engine, "model", None)
+        tensors = {} if model is None else {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return self.engine.weight_version, tensors
 
     def ready(self) -> int:
         return self.actor_index

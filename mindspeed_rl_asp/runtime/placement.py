@@ -7,6 +7,10 @@ driver beside it) owns the first ``train_nodes`` bundles and generation actors f
 next ``gen_nodes``, ``infer_instance_size`` devices each. In ``hybrid`` mode every node
 both generates and trains, one phase after the other, so the trainer and the actors
 share bundles and each asks for half of what it shares.
+
+The Training Unit is ``train.ranks`` actors (``trainer_ranks``): one rank takes its first
+node whole (the single-process trainer); several ranks take one device each, filling
+the T nodes in order (hybrid: every node), and train data-parallel, sharded with FSDP.
 """
 from __future__ import annotations
 
@@ -27,13 +31,24 @@ class RoleSlot:
 class Placement:
     resource: str
     bundles: tuple[dict, ...]
-    trainer: RoleSlot
+    trainers: tuple[RoleSlot, ...]   # one per trainer rank; rank 0 first
     generators: tuple[RoleSlot, ...]
+
+    @property
+    def trainer(self) -> RoleSlot:
+        """Trainer rank 0 (the only one unless ``train.ranks`` > 1)."""
+        return self.trainers[0]
 
     def describe(self) -> str:
         shape = {k: v for k, v in self.bundles[0].items() if not k.startswith("asp_node_")}
         lines = [f"{len(self.bundles)} node bundle(s) of {shape}"]
-        lines.append(f"  trainer + control unit: node {self.trainer.bundle} ({self.trainer.amount:g} {self.resource})")
+        if len(self.trainers) == 1:
+            lines.append(f"  trainer + control unit: node {self.trainer.bundle} "
+                         f"({self.trainer.amount:g} {self.resource})")
+        else:
+            lines.append(f"  trainer: {len(self.trainers)} data-parallel ranks (FSDP), control unit beside rank 0")
+            for slot in self.trainers:
+                lines.append(f"    trainer rank {slot.index}: node {slot.bundle} ({slot.amount:g} {self.resource})")
         for slot in self.generators:
             lines.append(f"  generation actor {slot.index}: node {slot.bundle} ({slot.amount:g} {self.resource})")
         return "\n".join(lines)
@@ -45,10 +60,17 @@ def node_resource(node: int) -> str:
     return f"asp_node_{node}"
 
 
-def plan_placement(layout, mode_name: str, pin_nodes: bool = False) -> Placement:
+def trainer_ranks(ranks, layout, mode_name: str) -> int:
+    """``train.ranks`` as a number: ``auto`` is every training device."""
+    from ..config.schema import training_devices
+
+    return training_devices(layout, mode_name) if ranks == "auto" else int(ranks)
+
+
+def plan_placement(layout, mode_name: str, pin_nodes: bool = False, ranks=1) -> Placement:
     """``pin_nodes``: tie bundle k to the machine started as layout node k (multi-node
     clusters launched by ``asp-launch``); the trainer's node 0 is the head, where the
-    driver and so the Control Unit run."""
+    driver and so the Control Unit run. ``ranks``: ``train.ranks`` (a number or ``auto``)."""
     resource = RESOURCE_BY_DEVICE[layout.device_type]
     per_node = layout.devices_per_node
     actors_per_node = per_node // layout.infer_instance_size
@@ -61,13 +83,18 @@ def plan_placement(layout, mode_name: str, pin_nodes: bool = False) -> Placement
         nodes = layout.train_nodes + layout.gen_nodes
         gen_nodes = range(layout.train_nodes, nodes)
         share = 1.0
-        # The hf trainer is one process; it takes its first node whole (multi-node
-        # Megatron training is the mindspeed engine's business).
+        # A single trainer process takes its first node whole; with train.ranks > 1
+        # each rank takes one device (below).
         trainer = RoleSlot("train", 0, 0, float(per_node))
+    count = trainer_ranks(ranks, layout, mode_name)
+    if count == 1:
+        trainers = (trainer,)
+    else:  # one device per rank, node after node
+        trainers = tuple(RoleSlot("train", r, r // per_node, share) for r in range(count))
     generators = tuple(
         RoleSlot("generate", i, node, layout.infer_instance_size * share)
         for i, node in enumerate(n for n in gen_nodes for _ in range(actors_per_node))
     )
     bundles = tuple({resource: float(per_node), **({node_resource(k): 0.001} if pin_nodes else {})}
                     for k in range(nodes))
-    return Placement(resource, bundles, trainer, generators)
+    return Placement(resource, bundles, trainers, generators)

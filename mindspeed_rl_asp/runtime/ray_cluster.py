@@ -8,12 +8,17 @@ loop and the core have them all):
   samples' payload, which stays in Ray's object store; its reference is what the
   Training Queue holds. That is the streaming data channel: minibatches flow into the
   queue as they finish, and a step starts as soon as the core sees enough of them.
-* ``LoadWeights`` -> ``actor.load_weights`` with the version's object reference from the
-  :class:`~mindspeed_rl_asp.weights.store.VersionedStore`; the actor resolves it itself.
-* ``TrainStep`` -> ``trainer.train_step`` with the references of the chosen prompt groups.
-* ``Publish`` -> ``trainer.export_weights``; once that object is sealed, the store maps
-  the version to it (atomic publish: a complete, immutable object or nothing) and the
-  event says so.
+* ``LoadWeights`` -> ``actor.load_weights`` with the version's handle from the
+  :class:`~mindspeed_rl_asp.weights.store.VersionedStore` (object store: the snapshot's
+  reference, which the actor resolves itself; files: its directory; collective: its
+  layout, plus the transfer to the actor), as the transport says (``runtime/transport.py``).
+* ``TrainStep`` -> ``train_step`` on every trainer rank with the references of the chosen
+  prompt groups (each rank trains its share of the samples; rank 0's report stands for
+  the step, and the step is done when every rank is).
+* ``Publish`` -> ``export_weights`` on every rank, as the transport says; once rank 0's
+  result is complete (an object sealed in the store, a directory renamed into place, a
+  version packed for sending), the store maps the version to it (atomic publish: a
+  complete, immutable version or nothing) and the event says so.
 * A task that raises, or whose actor died, ends as a ``Failed`` event: the core
   re-dispatches a failed minibatch (its partial output is never seen) and retries a
   failed load; a failed step or publish ends the run (``TrainerFailed``, from the loop).
@@ -33,19 +38,46 @@ from ..weights.store import VersionedStore
 __all__ = ["RayCluster", "TrainerFailed"]
 
 
+def _describe(error) -> str:
+    """What went wrong in a Ray call, first line first: the remote exception itself (a
+    ``RayTaskError``'s own first line is only the task's name), then Ray's full text."""
+    cause = getattr(error, "cause", None)
+    text = str(error) or type(error).__name__
+    if isinstance(cause, BaseException) and str(cause):
+        return f"{type(cause).__name__}: {cause}\n{text}"
+    return text
+
+
 class RayCluster:
-    def __init__(self, generators: list, trainer, prompt_tokens: dict[str, list[int]], seed: int = 0):
+    """``trainer``: the trainer actor, or the list of its rank actors (rank 0 first).
+    ``transport``: how versions travel (``runtime/transport.py``; default: object store)."""
+
+    def __init__(self, generators: list, trainer, prompt_tokens: dict[str, list[int]], seed: int = 0,
+                 transport=None):
+        from .transport import ObjectStoreTransport
+
         self.generators = generators
-        self.trainer = trainer
+        self.trainers = list(trainer) if isinstance(trainer, (list, tuple)) else [trainer]
+        self.trainer = self.trainers[0]
+        self.transport = transport or ObjectStoreTransport(self.trainers, generators)
         self.prompt_tokens = prompt_tokens
         self.seed = seed
         self.store: VersionedStore = VersionedStore()
         self.store.publish(0, None)   # version 0: the checkpoint every actor starts from
         self.queue_refs: dict[str, object] = {}  # Training Queue payloads: prompt id -> ref
         self.inflight: dict[object, tuple[Action, object]] = {}  # result ref -> (action, payload ref)
+        # The other trainer ranks' refs of a TrainStep / Publish, by rank 0's ref: the action
+        # ends when all have; it fails as soon as one fails.
+        self.companions: dict[object, list] = {}
+        self._companion_of: dict[object, object] = {}
+        self._waiting: set = set()   # rank 0 done, other ranks not yet
 
     def now(self) -> float:
         return time.time()
+
+    def _drop(self, versions: list[int]) -> None:
+        if versions:
+            self.transport.dropped(versions)
 
     # ------------------------------------------------------------------ actions -> Ray
     def submit(self, action: Action) -> None:
@@ -57,42 +89,92 @@ class RayCluster:
                 action.minibatch_id, prompts, seed)
         elif isinstance(action, LoadWeights):
             handle = self.store.acquire(action.version, f"gen-{action.actor}")
-            ref = self.generators[action.actor].load_weights.remote(action.version, handle)
+            ref = self.transport.load(action.actor, action.version, handle)
         elif isinstance(action, TrainStep):
             refs = list({id(self.queue_refs[p]): self.queue_refs[p] for p in action.prompt_ids}.values())
-            ref = self.trainer.train_step.remote(action.step, list(action.prompt_ids), *refs)
+            ref, *others = [t.train_step.remote(action.step, list(action.prompt_ids), *refs) for t in self.trainers]
+            self._companions(ref, others)
         elif isinstance(action, Publish):
-            ref = self.trainer.export_weights.remote()
+            ref, others = self.transport.publish(action.version, self.store.kept_versions)
+            self._companions(ref, others)
         else:
             raise TypeError(f"RayCluster cannot run {action!r}")
         self.inflight[ref] = (action, payload)
+
+    def _companions(self, ref, others: list) -> None:
+        if others:
+            self.companions[ref] = list(others)
+            for other in others:
+                self._companion_of[other] = ref
 
     # ------------------------------------------------------------------ Ray -> events
     def next_event(self) -> Event:
         import ray
 
-        ready, _ = ray.wait(list(self.inflight), num_returns=1)
-        return self._to_event(ready[0])
+        while True:
+            pending = [r for r in self.inflight if r not in self._waiting] + list(self._companion_of)
+            ref = ray.wait(pending, num_returns=1, fetch_local=False)[0][0]
+            if ref in self._companion_of:   # another trainer rank ended
+                primary = self._companion_of.pop(ref)
+                self.companions[primary].remove(ref)
+                try:
+                    ray.get(ref)
+                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                    return self._fail_together(primary, error)
+                if not self.companions[primary]:
+                    del self.companions[primary]
+                    if primary in self._waiting:
+                        self._waiting.discard(primary)
+                        return self._to_event(primary)
+                continue
+            if ref in self.companions:      # rank 0 ended first: a failure ends the action now
+                action, _ = self.inflight[ref]
+                if isinstance(action, TrainStep) or self.transport.fetch_publish:
+                    try:
+                        ray.get(ref)
+                    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                        return self._fail_together(ref, error)
+                self._waiting.add(ref)
+                continue
+            return self._to_event(ref)
+
+    def _fail_together(self, primary, error) -> Event:
+        """A trainer rank failed: the action fails now (the other ranks' calls are abandoned)."""
+        action, _ = self.inflight.pop(primary)
+        self._waiting.discard(primary)
+        for other in self.companions.pop(primary, []):
+            self._companion_of.pop(other, None)
+        return Failed(action, _describe(error))
 
     def _to_event(self, ref) -> Event:
         import ray
 
         action, payload = self.inflight.pop(ref)
         if isinstance(action, Publish):
-            ray.wait([ref], fetch_local=False)  # sealed in the object store: complete
-            self.store.publish(action.version, ref)
+            if self.transport.fetch_publish:
+                try:
+                    handle = self.transport.published(action.version, ref)
+                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                    return Failed(action, _describe(error))
+            else:
+                ray.wait([ref], fetch_local=False)  # sealed in the object store: complete
+                handle = self.transport.published(action.version, ref)
+            self._drop(self.store.publish(action.version, handle))
+            self.transport.published_done(action.version, handle)
             return Done(action)
         try:
             report = ray.get(ref)
         except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
             if isinstance(action, LoadWeights):
-                self.store.release(action.version, f"gen-{action.actor}")
-            return Failed(action, str(error) or type(error).__name__)
+                self.transport.load_ended(action.actor, action.version, False)
+                self._drop(self.store.release(action.version, f"gen-{action.actor}"))
+            return Failed(action, _describe(error))
         if isinstance(action, Generate):
             for pid in action.prompt_ids:
                 self.queue_refs[pid] = payload
         elif isinstance(action, LoadWeights):
-            self.store.release(action.version, f"gen-{action.actor}")
+            self.transport.load_ended(action.actor, action.version, True)
+            self._drop(self.store.release(action.version, f"gen-{action.actor}"))
         elif isinstance(action, TrainStep):
             for pid in action.prompt_ids:
                 self.queue_refs.pop(pid, None)
@@ -105,8 +187,12 @@ class RayCluster:
         for ref, (action, _) in list(self.inflight.items()):
             if action in doomed:
                 del self.inflight[ref]
+                self._waiting.discard(ref)
+                for other in self.companions.pop(ref, []):
+                    self._companion_of.pop(other, None)
                 if isinstance(action, LoadWeights):
-                    self.store.release(action.version, f"gen-{action.actor}")
+                    self.transport.load_ended(action.actor, action.version, False)
+                    self._drop(self.store.release(action.version, f"gen-{action.actor}"))
                 try:
                     ray.cancel(ref)
                 except Exception:  # noqa: BLE001 - cancelling is best effort; the actor dies with the run

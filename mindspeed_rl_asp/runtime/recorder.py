@@ -85,8 +85,13 @@ class RunRecorder(Observer):
         """``issued``..``done`` is the refresh as the Control Unit sees it, including
         Ray fetching the snapshot to the actor, which the actor's own span leaves out."""
         self._window_refresh_s.append(done - issued)
-        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}",
-                       {"round_trip_s": done - issued}))
+        meta = {"round_trip_s": done - issued}
+        # How the version came (runtime/transport.py): bytes, and for the collective
+        # transport the wait for buckets, the swap into the engine, the transfer itself.
+        for key in ("transport", "bytes", "wait_s", "swap_s", "transfer_s"):
+            if getattr(report, key, None):
+                meta[key] = getattr(report, key)
+        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}", meta))
 
     def failure(self, action, start: float, end: float, error: str) -> None:
         self.failures += 1

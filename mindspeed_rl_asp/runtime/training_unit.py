@@ -5,6 +5,14 @@ with the engine's tokenizer, deterministic: the same prompts the driver planned)
 training step needs only prompt ids and the Training Queue's payload references. It
 scores through the task protocol only (``Task.score``). Its version counts completed training steps; the snapshot it
 exports after step ``s`` is version ``s``.
+
+With ``train.ranks`` > 1 the Training Unit is one such actor per rank: the driver joins
+them into a torch.distributed world (``join_world``) and the engine becomes the FSDP
+one (``engines/hf_fsdp.py``). Every rank gets every step's payloads and scores all the
+samples (cheap, and it keeps advantages and global loss normalisation exact); the
+engine runs each rank's block of rows. Rank 0's report stands for the step; exports
+gather the full weights on rank 0. Rank 0 also sends versions for the collective
+transport (``open_weight_sender``, ``send_weights`` on a transport thread).
 """
 from __future__ import annotations
 
@@ -62,6 +70,8 @@ class TrainingWorker:
         self.task = make_task(SimpleNamespace(**task_cfg), self.tokenizer, rl.max_prompt_length)
         self.prompts = self.task.by_id()
         self.version = 0
+        self.rank = 0
+        self.sender = None   # the collective transport's sending side (rank 0)
         self._fail_at_step: int | None = None
 
     def ready(self) -> int:
@@ -109,7 +119,11 @@ class TrainingWorker:
             # Proximal policy: the trainer's weights at the start of this step.
             batch.extras["proximal_logprobs"] = self.engine.logprobs(batch.prompt_ids, batch.response_ids)
         if self.reference is not None:
-            batch.extras["ref_logprobs"] = self.reference.logprobs(batch.prompt_ids, batch.response_ids)
+            shard_map = getattr(self.engine, "shard_map_rows", None)   # sharded: each rank its rows
+            batch.extras["ref_logprobs"] = (
+                shard_map(lambda rows: self.reference.logprobs([batch.prompt_ids[i] for i in rows],
+                                                               [batch.response_ids[i] for i in rows]), len(batch))
+                if shard_map else self.reference.logprobs(batch.prompt_ids, batch.response_ids))
         loss_metrics = self._update(batch)
         self.version += 1
         ages = policy_age_histogram(step, [r[4] for r in rows])
@@ -150,10 +164,82 @@ class TrainingWorker:
                 totals[key] = totals.get(key, 0.0) + value / self.updates_per_step
         return totals
 
-    def export_weights(self):
+    # ------------------------------------------------------------------ ranks
+    def open_rendezvous(self, local: bool, world: int, timeout_s: float = 600.0) -> tuple[str, int]:
+        """Rank 0: listen for the other ranks; returns (host, port) for them."""
+        from .distributed import open_rendezvous, rendezvous_host
+
+        host = rendezvous_host(local)
+        self._store, port = open_rendezvous(host, world, timeout_s)
+        return host, port
+
+    def join_world(self, rank: int, world: int, host: str, port: int, device_type: str,
+                   timeout_s: float = 600.0) -> int:
+        """Join the trainer ranks' process group and shard the engine over it (FSDP)."""
+        from ..engines.base import EngineError
+        from ..engines.hf import HFTrainingEngine
+        from ..engines.hf_fsdp import HFShardedTrainingEngine
+        from .distributed import backend_for, init_world
+
+        if not isinstance(self.engine, HFTrainingEngine):
+            raise EngineError(f"train.ranks={world} needs the hf training engine (FSDP); "
+                              f"{type(self.engine).__name__} trains on one rank only")
+        init_world(backend_for(device_type), rank, world, host, port, timeout_s,
+                   store=getattr(self, "_store", None) if rank == 0 else None)
+        self.engine = HFShardedTrainingEngine(self.engine)
+        self.rank = rank
+        return rank
+
+    # ------------------------------------------------------------------ weights out
+    def export_weights(self, transport: str = "object_store", target=None):
+        """The version just trained, as ``transport`` delivers it (``runtime/transport.py``):
+        a ``WeightSnapshot`` (object_store), a ``FileHandle`` after writing into the
+        directory ``target`` (files), or a ``CollectiveHandle`` after packing it for
+        sending (collective; ``target``: the versions still to keep staged). Every rank
+        calls it (the sharded engine gathers); ranks other than 0 return None."""
         from ..engines.base import WeightSnapshot
 
-        return WeightSnapshot(self.version, self.engine.export_weights().tensors)
+        if transport == "object_store":
+            snapshot = self.engine.export_weights()
+            return None if snapshot is None else WeightSnapshot(self.version, snapshot.tensors)
+        tensors = self.engine.state_tensors()
+        if tensors is None:
+            return None
+        if transport == "files":
+            from ..weights.store import DirectorySnapshots
+            from .transport import FileHandle
+
+            DirectorySnapshots(target, keep=None).publish(self.version, tensors)
+            return FileHandle(self.version, str(target))
+        if transport == "collective":
+            if self.sender is None:
+                raise RuntimeError("weights.transport=collective but this trainer has no weight sender "
+                                   "(open_weight_sender runs on rank 0 at start-up)")
+            self.sender.keep_only(target or ())
+            return self.sender.stage(self.version, tensors)
+        raise ValueError(f"weights.transport={transport!r} is not one of object_store, collective, files")
+
+    def open_weight_sender(self, device_type: str, local: bool, bucket_mb: float, timeout_s: float) -> int:
+        """Rank 0: the collective transport's sending side; returns its store's port."""
+        from ..weights.collective import WeightSender, backend_for
+        from .distributed import rendezvous_host
+
+        self.sender = WeightSender(backend_for(device_type), rendezvous_host(local),
+                                   bucket_bytes=max(1, int(bucket_mb * (1 << 20))), timeout_s=timeout_s)
+        return self.sender.port
+
+    def send_weights(self, actor: int, version: int, generation: int, seq: int) -> dict:
+        """Send ``version`` to generation actor ``actor`` (the transport thread's call).
+        A failure is returned (``ok: False``), not raised: the receiving side's load fails."""
+        try:
+            stats = self.sender.send(actor, version, generation, seq)
+        except Exception as error:  # noqa: BLE001 - reported by the load that waits on this transfer
+            return {"ok": False, "version": version, "error": str(error)}
+        return {"ok": True, "version": stats.version, "bytes": stats.bytes, "seconds": stats.seconds}
+
+    def inject_transfer_failure(self, after_buckets: int) -> None:
+        """Fault seam for tests: the next weight transfer stops after ``after_buckets`` buckets."""
+        self.sender.inject_failure(after_buckets)
 
     def save(self, path: str) -> None:
-        self.engine.save(path)
+        self.engine.save(path)   # sharded: every rank gathers, rank 0 writes

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Generic, Mapping, Optional, TypeVar
 
 H = TypeVar("H")
 
@@ -74,19 +74,35 @@ class VersionedStore(Generic[H]):
         return sorted(self._handles)
 
 
-def _version_dir(root: Path, version: int) -> Path:
-    return root / f"v{version:08d}"
+def version_dir(root: Path, version: int) -> Path:
+    return Path(root) / f"v{version:08d}"
+
+
+def _split_aliases(tensors: Mapping[str, Any]) -> tuple[dict, list[list[str]]]:
+    """Tensors that share storage (tied weights) stored once: (unique tensors, [[alias, name]])."""
+    unique, aliases, seen = {}, [], {}
+    for name, t in tensors.items():
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride())) if t.numel() else None
+        if key is not None and key in seen:
+            aliases.append([name, seen[key]])
+            continue
+        if key is not None:
+            seen[key] = name
+        unique[name] = t.contiguous()
+    return unique, aliases
 
 
 @dataclass
 class DirectorySnapshots:
     """Snapshots as ``root/v00000003/`` directories plus an atomically replaced ``LATEST``.
 
-    ``keep`` newest versions are retained (plus any version named in ``pinned``).
+    ``keep`` newest versions are retained (plus any version named in ``pinned``);
+    ``keep=None`` prunes nothing (the caller drops versions with :meth:`drop`). Tensors
+    that share storage (tied weights) are written once and restored as one on load.
     """
 
     root: Path
-    keep: int = 2
+    keep: Optional[int] = 2
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -101,10 +117,11 @@ class DirectorySnapshots:
             raise WeightStoreError(f"version {version} published after {latest}: versions must increase")
         staging = Path(tempfile.mkdtemp(prefix=f".v{version:08d}-", dir=self.root))
         try:
-            tensors = {k: v.contiguous() for k, v in tensors.items()}
+            tensors, aliases = _split_aliases(tensors)
             save_file(tensors, str(staging / "model.safetensors"))
-            (staging / "meta.json").write_text(json.dumps({"version": version, **(metadata or {})}))
-            final = _version_dir(self.root, version)
+            meta = {"version": version, **(metadata or {}), **({"aliases": aliases} if aliases else {})}
+            (staging / "meta.json").write_text(json.dumps(meta))
+            final = version_dir(self.root, version)
             os.rename(staging, final)  # atomic: the directory appears complete or not at all
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -125,16 +142,27 @@ class DirectorySnapshots:
         version = self.latest_version() if version is None else version
         if version is None:
             raise WeightStoreError(f"no snapshot published under {self.root}")
-        path = _version_dir(self.root, version) / "model.safetensors"
+        path = version_dir(self.root, version) / "model.safetensors"
         if not path.is_file():
             raise WeightStoreError(f"snapshot v{version} is not in {self.root} (kept: {self.versions()})")
-        return version, load_file(str(path))
+        tensors = load_file(str(path))
+        meta = path.parent / "meta.json"
+        for alias, name in (json.loads(meta.read_text()).get("aliases", []) if meta.is_file() else []):
+            tensors[alias] = tensors[name]
+        return version, tensors
+
+    def drop(self, version: int) -> None:
+        """Delete ``version``'s directory (never the one ``LATEST`` names)."""
+        if version != self.latest_version():
+            shutil.rmtree(version_dir(self.root, version), ignore_errors=True)
 
     def versions(self) -> list[int]:
         return sorted(int(p.name[1:]) for p in self.root.glob("v[0-9]*") if p.is_dir())
 
     def _prune(self, pinned: tuple[int, ...]) -> None:
+        if self.keep is None:
+            return
         versions = self.versions()
         for v in versions[:-self.keep] if self.keep > 0 else versions:
             if v not in pinned:
-                shutil.rmtree(_version_dir(self.root, v), ignore_errors=True)
+                shutil.rmtree(version_dir(self.root, v), ignore_errors=True)

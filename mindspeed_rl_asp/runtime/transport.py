@@ -1,0 +1,262 @@
+"""How a published weight version reaches the generation actors (``weights.transport``).
+
+The Ray shell (``runtime/ray_cluster.RayCluster``) asks a transport for the Ray calls of
+a ``Publish`` and of a ``LoadWeights``; the transport holds no control rule (the core
+decides who loads which version, and when), only where the bytes go:
+
+* ``object_store`` (the default; fine for small models): every trainer rank exports
+  (rank 0 returns the snapshot, the others take part in the gather), the snapshot is an
+  object in Ray's object store, and an actor told to load gets its reference.
+* ``files``: rank 0 writes the version as safetensors into ``weights.dir`` (default
+  ``<run_dir>/weights``; on a cluster it must be a file system every node sees),
+  renamed into place when complete; an actor reads it. Versions the store drops are
+  deleted.
+* ``collective``: rank 0 packs the version into a flat buffer it keeps for sending;
+  each actor receives it over its own torch.distributed pair group with rank 0 (gloo on
+  CPU, NCCL on GPUs, HCCL on Ascend), in buckets of ``weights.bucket_mb``
+  (``weights/collective.py``). The actor swaps the version into its engine only once
+  every bucket has arrived; a transfer that fails mid-way fails the ``LoadWeights``
+  (the core retries it) and the actor keeps its old version. With
+  ``weights.prefetch`` (default) the transfer to every actor starts as soon as the
+  version is published, on a transport thread of each side, while the actors keep
+  generating; the load itself then waits for the transfer to end (if it has not
+  already) and copies the tensors into the engine. Without prefetch the transfer
+  starts with the load.
+
+Transfers to one actor are numbered (``seq``) and run one at a time in that order on
+both sides. The transport mirrors which received versions an actor still keeps: a
+receive discards the actor's completed transfers that no pending load names, and a
+finished load discards those up to its own.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRANSPORTS = ("object_store", "collective", "files")
+TRANSPORT_GROUP = "transport"   # the Ray concurrency group transfers run in, on both sides
+
+
+@dataclass(frozen=True)
+class FileHandle:
+    """A version written by the files transport: ``root/v<version>`` (DirectorySnapshots)."""
+
+    version: int
+    root: str
+
+
+class ObjectStoreTransport:
+    name = "object_store"
+
+    def __init__(self, trainers: list, generators: list):
+        self.trainers, self.generators = trainers, generators
+
+    def publish(self, version: int, kept: list[int]):
+        """(primary ref: rank 0's export, the other ranks' refs)."""
+        refs = [t.export_weights.remote() for t in self.trainers]
+        return refs[0], refs[1:]
+
+    def published(self, version: int, ref) -> Any:
+        """The handle the store maps ``version`` to, once ``ref`` is ready."""
+        return ref   # sealed in the object store: complete; actors resolve it themselves
+
+    @property
+    def fetch_publish(self) -> bool:
+        """Whether the publish result is small enough to fetch (and so check) in the driver."""
+        return False
+
+    def load(self, actor: int, version: int, handle):
+        return self.generators[actor].load_weights.remote(version, handle)
+
+    def load_ended(self, actor: int, version: int, ok: bool) -> None: ...
+
+    def dropped(self, versions: list[int]) -> None: ...
+
+    def published_done(self, version: int, handle) -> None: ...
+
+
+class FilesTransport(ObjectStoreTransport):
+    name = "files"
+
+    def __init__(self, trainers: list, generators: list, root: str):
+        super().__init__(trainers, generators)
+        self.root = str(Path(root).resolve())
+
+    def publish(self, version: int, kept: list[int]):
+        refs = [t.export_weights.remote("files", self.root) for t in self.trainers]
+        return refs[0], refs[1:]
+
+    def published(self, version: int, ref) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    @property
+    def fetch_publish(self) -> bool:
+        return True
+
+    def dropped(self, versions: list[int]) -> None:
+        from ..weights.store import version_dir
+
+        for v in versions:
+            if v > 0:
+                shutil.rmtree(version_dir(Path(self.root), v), ignore_errors=True)
+
+
+@dataclass
+class _Transfer:
+    seq: int
+    version: int
+    receive_ref: Any
+    send_ref: Any
+
+
+@dataclass
+class _ActorLink:
+    next_seq: int = 0
+    generation: int = 0
+    transfers: dict[int, _Transfer] = field(default_factory=dict)   # version -> live transfer
+    pinned: dict[int, int] = field(default_factory=dict)            # seq -> loads waiting on it
+
+
+class CollectiveTransport(ObjectStoreTransport):
+    name = "collective"
+
+    def __init__(self, trainers: list, generators: list, prefetch: bool = True, max_in_flight: int = 2):
+        super().__init__(trainers, generators)
+        self.prefetch = prefetch
+        self.max_in_flight = max_in_flight
+        self.links = [_ActorLink() for _ in generators]
+        self._loading: dict[tuple[int, int], int] = {}   # (actor, version) -> seq of its transfer
+
+    def publish(self, version: int, kept: list[int]):
+        refs = [t.export_weights.remote("collective", sorted(set(kept) | {version})) for t in self.trainers]
+        return refs[0], refs[1:]
+
+    def published(self, version: int, ref) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    @property
+    def fetch_publish(self) -> bool:
+        return True
+
+    def published_done(self, version: int, handle) -> None:
+        """After the store published ``version``: start the prefetch to every actor."""
+        if not self.prefetch:
+            return
+        for actor, link in enumerate(self.links):
+            if version not in link.transfers and self._in_flight(link) < self.max_in_flight:
+                self._start(actor, version, handle)
+
+    def _in_flight(self, link: _ActorLink) -> int:
+        import ray
+
+        refs = [t.receive_ref for t in link.transfers.values()]
+        if not refs:
+            return 0
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        return len(refs) - len(ready)
+
+    def _failed(self, transfer: _Transfer) -> bool:
+        import ray
+
+        ready, _ = ray.wait([transfer.receive_ref], timeout=0, fetch_local=False)
+        if not ready:
+            return False
+        try:
+            return not ray.get(transfer.receive_ref)["ok"]
+        except Exception:  # noqa: BLE001 - the actor died: the transfer did not deliver
+            return True
+
+    def _start(self, actor: int, version: int, handle) -> _Transfer:
+        link = self.links[actor]
+        seq = link.next_seq
+        link.next_seq += 1
+        keep = sorted(link.pinned)
+        # The actor drops what it received before that no pending load names: so do we.
+        for v, t in list(link.transfers.items()):
+            if t.seq not in link.pinned:
+                del link.transfers[v]
+        trainer = self.trainers[0]
+        send_ref = trainer.send_weights.options(concurrency_group=TRANSPORT_GROUP).remote(
+            actor, version, link.generation, seq)
+        receive_ref = self.generators[actor].receive_weights.options(concurrency_group=TRANSPORT_GROUP).remote(
+            seq, link.generation, handle, keep)
+        transfer = _Transfer(seq, version, receive_ref, send_ref)
+        link.transfers[version] = transfer
+        return transfer
+
+    def load(self, actor: int, version: int, handle):
+        link = self.links[actor]
+        transfer = link.transfers.get(version)
+        if transfer is not None and self._failed(transfer):
+            del link.transfers[version]
+            link.generation += 1
+            transfer = None
+        if transfer is None:
+            transfer = self._start(actor, version, handle)
+        link.pinned[transfer.seq] = link.pinned.get(transfer.seq, 0) + 1
+        self._loading[(actor, version)] = transfer.seq
+        return self.generators[actor].load_weights.remote(version, handle, transfer.seq)
+
+    def load_ended(self, actor: int, version: int, ok: bool) -> None:
+        link = self.links[actor]
+        seq = self._loading.pop((actor, version), None)
+        if seq is None:
+            return
+        link.pinned[seq] -= 1
+        if not link.pinned[seq]:
+            del link.pinned[seq]
+        if ok:  # the actor discards every transfer up to this one
+            for v, t in list(link.transfers.items()):
+                if t.seq <= seq and t.seq not in link.pinned:
+                    del link.transfers[v]
+        else:   # the pair group may be broken: the next transfer opens a new one
+            for v, t in list(link.transfers.items()):
+                if t.seq == seq:
+                    del link.transfers[v]
+            link.generation += 1
+
+def actor_class_options(transport: str, role: str, num_generators: int) -> dict:
+    """``ray.remote`` options of an actor class: the collective transport runs transfers on
+    threads of their own (a Ray concurrency group), beside the actor's main work. Enough
+    of them that every transfer that may be pending (per actor: two prefetches and a
+    load's) has one."""
+    if transport != "collective" or role not in ("train", "generate"):   # ranks other than 0 send nothing
+        return {}
+    threads = 3 * num_generators + 1 if role == "train" else 4
+    return {"concurrency_groups": {TRANSPORT_GROUP: threads}}
+
+
+def remote_class(cls, transport: str, role: str, num_generators: int):
+    """``cls`` as a Ray actor class, with the transport's thread group if it needs one."""
+    import ray
+
+    options = actor_class_options(transport, role, num_generators)
+    return ray.remote(**options)(cls) if options else ray.remote(cls)
+
+
+def make_transport(weights_cfg, trainers: list, generators: list, run_dir: Path, device_type: str = "cpu",
+                   local: bool = True):
+    """The transport ``weights.transport`` names (config/schema.WeightsConfig); for the
+    collective one this opens trainer rank 0's sending side (``local``: on 127.0.0.1)."""
+    import ray
+
+    name = weights_cfg.transport
+    if name == "object_store":
+        return ObjectStoreTransport(trainers, generators)
+    if name == "files":
+        return FilesTransport(trainers, generators, weights_cfg.dir or str(Path(run_dir) / "weights"))
+    if name == "collective":
+        ray.get(trainers[0].open_weight_sender.remote(device_type, local, weights_cfg.bucket_mb,
+                                                      weights_cfg.timeout_s))
+        return CollectiveTransport(trainers, generators, prefetch=weights_cfg.prefetch)
+    raise ValueError(f"weights.transport={name!r} is not one of {', '.join(TRANSPORTS)}")
+
+
+__all__ = ["CollectiveTransport", "FileHandle", "FilesTransport", "ObjectStoreTransport", "TRANSPORTS",
+           "TRANSPORT_GROUP", "actor_class_options", "make_transport", "remote_class"]
