@@ -82,7 +82,11 @@ class VLLMGenerationEngine:
         # Unseeded requests draw from this; two engines with one seed sample identically.
         self.seed = int(instance) if instance is not None else os.getpid()
 
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except (ImportError, RuntimeError) as error:  # e.g. a CUDA torchvision beside the CPU torch
+            raise EngineError(f"vLLM is installed but does not import ({str(error).splitlines()[0]}); for "
+                              f"engine.device={self.platform.device!r} install {self.platform.install}") from error
 
         original = vp.set_torch_threads(self.platform, int(engine_cfg.num_threads))
         try:
