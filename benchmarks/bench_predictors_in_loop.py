@@ -3,7 +3,8 @@ asp + ridge (``scheduler.predictor``, runtime/length_profile.py) on the same maz
 Not a test. Prints a markdown table (pasted into docs/scheduler.md, "Predictors in the
 loop")::
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --steps 16 --keep runs/bench_predictors
+    HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --steps 16 --keep runs/bench_predictors \
+        rl.global_batch_size=4 rl.mini_batch_size=4      # one pass over the 64 prompts; ~12 min on 2 busy cores
     HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --reuse runs/bench_predictors   # re-read
 
 Every run: ``mode=async``, the same seed and prompts (``task.num_prompts``, default 64),
@@ -19,7 +20,8 @@ cluster, the runs one after another (``runtime.driver.run_training``). Per run:
 * rank quality on the predicted prompts: after the runs the starting policy is sampled
   once more (``--score-samples`` per prompt, another seed) on every prompt; each
   predictor's predictions for the prompts its run did not profile are scored against
-  those lengths (reference: the task's reference lengths, on the same prompts);
+  those lengths (reference: the task's reference lengths, on the prompts the learned
+  predictors predicted);
 * minibatch rank quality in the run: Spearman rho of each dispatched minibatch's
   planned ``max_length`` (plan.json) and its observed longest response (timeline.jsonl),
   over every minibatch of the run (nan for fifo's equal-size data-order minibatches
@@ -125,8 +127,12 @@ def score_on_rest(common: list[str], runs: dict[str, Path], samples: int) -> dic
     log(f"  scoring sample: {len(prompts)} prompts x {samples} in {time.time() - t0:.1f} s")
     observed = {pid: float(np.mean(v)) for pid, v in lengths.items()}
     out = {}
+    # The learned predictors' runs profile the same prompts (same seed and shares); the
+    # reference is scored on the prompts they predicted, for a like-for-like row.
+    learned = [d / "length_profile.jsonl" for d in runs.values() if (d / "length_profile.jsonl").is_file()]
+    learned_profiled = {r["id"] for r in jsonl(learned[0])} if learned else set()
     for tag, run_dir in runs.items():
-        profiled = set()
+        profiled = learned_profiled
         if (run_dir / "length_profile.jsonl").is_file():
             profiled = {r["id"] for r in jsonl(run_dir / "length_profile.jsonl")}
         rest = [p for p in prompts if p.id not in profiled]
