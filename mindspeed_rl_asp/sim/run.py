@@ -51,11 +51,13 @@ def setup_from_config(cfg) -> SimSetup:
 
 
 def trainer_devices(cfg, all_devices: int, colocated: bool) -> int:
-    """Devices one training step runs on. The hf trainer is one process on one device
-    (runtime/placement gives it one slot, colocated or not); a Megatron (mindspeed)
-    trainer spans the T nodes, or every device when colocated."""
-    if cfg.engine.name == "hf":
-        return 1
+    """Devices one training step runs on. The hf trainer runs ``train.ranks`` processes,
+    one device each (runtime/placement; 1 by default, colocated or not); a Megatron
+    (mindspeed) trainer spans the T nodes, or every device when colocated."""
+    if cfg.engine.name in ("hf", "vllm"):   # vllm generates; its trainer is the hf one
+        from ..runtime.placement import trainer_ranks
+
+        return trainer_ranks(cfg.train.ranks, cfg.layout, cfg.mode.name)
     return all_devices if colocated else cfg.layout.train_nodes * cfg.layout.devices_per_node
 
 
