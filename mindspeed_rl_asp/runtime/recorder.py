@@ -9,6 +9,12 @@ submitted and every event with the cluster's clock, so the Ray runtime (wall clo
 the simulator (virtual clock) write the same files. The events' ``info`` is the
 cluster's report: ``MinibatchReport`` for generation, ``LoadReport`` for a load,
 ``StepReport`` for a train step (``runtime/generation_unit.py``, ``training_unit.py``).
+
+Bubbles per engine (``metrics/timeline.py``): ``padding_bubble`` is always the static
+padding measure; ``slot_bubble`` is the one of the engine's batching (``engine.batching``:
+static = the padding bubble, continuous = the running batch's shortfall below
+``min(engine.max_num_seqs, rows)``), and ``tail_step_share`` the share of decode steps
+with fewer than a quarter of that capacity running (static: of the rows unfinished).
 """
 from __future__ import annotations
 
@@ -19,14 +25,20 @@ from typing import Callable
 
 from ..control.core import Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Observer
-from ..metrics.timeline import Span, idle_fraction, padding_bubble
+from ..metrics.timeline import (Span, idle_fraction, padding_bubble, running_capacity, slot_bubble,
+                                slot_use, tail_step_share)
 from ..metrics.writer import MetricsWriter
 
 
 class RunRecorder(Observer):
     def __init__(self, run_dir: Path, num_actors: int, gen_devices: int, on_step: Callable[[dict], None] | None = None,
-                 tensorboard: bool = True, start: float = 0.0):
+                 tensorboard: bool = True, start: float = 0.0, engine=None):
+        """``engine``: the engine config (``cfg.engine``); its ``batching`` (static or
+        continuous) and ``max_num_seqs`` decide ``slot_bubble`` (default: static)."""
         self.run_dir = Path(run_dir)
+        engine = engine if engine is not None else {}
+        self.batching = str(engine.get("batching", "static") or "static")
+        self.max_num_seqs = engine.get("max_num_seqs")
         self.lanes = [f"gen-{i}" for i in range(num_actors)]
         self.gen_devices = gen_devices
         self.writer = MetricsWriter(self.run_dir, tensorboard)
@@ -38,6 +50,7 @@ class RunRecorder(Observer):
         # Only what the current window needs is kept in memory; the files keep everything.
         self.spans: list[Span] = []
         self._window_lengths: list[list[int]] = []
+        self._window_capacity: list[int] = []   # running-batch capacity of each minibatch
         self._window_tokens = 0
         self._window_refresh_s: list[float] = []
         self._queue_rows: list[dict] = []
@@ -76,10 +89,14 @@ class RunRecorder(Observer):
 
     def generated(self, report, prompts: int) -> None:
         self._window_lengths.append(report.lengths)
+        capacity = running_capacity(self.batching, len(report.lengths), self.max_num_seqs)
+        self._window_capacity.append(capacity)
+        use = slot_use(report.lengths, capacity)
         self._window_tokens += report.num_tokens
         self._add(Span(f"gen-{report.actor}", "generate", report.start, report.end, report.minibatch_id,
                        {"version": report.version, "prompts": prompts, "tokens": report.num_tokens,
-                        "max_length": max(report.lengths, default=0)}))
+                        "max_length": max(report.lengths, default=0), "rows": len(report.lengths),
+                        "capacity": capacity, "steps": use.steps, "tail_steps": use.tail_steps}))
 
     def loaded(self, report, issued: float, done: float) -> None:
         """``issued``..``done`` is the refresh as the Control Unit sees it, including
@@ -129,6 +146,8 @@ class RunRecorder(Observer):
             "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
             "tokens_per_s_per_device": tokens / elapsed / max(self.gen_devices, 1) if elapsed > 0 else 0.0,
             "padding_bubble": padding_bubble(self._window_lengths),
+            "slot_bubble": slot_bubble(self._window_lengths, self._window_capacity),
+            "tail_step_share": tail_step_share(self._window_lengths, self._window_capacity),
             "generation_idle_fraction": idle_fraction(window, self.lanes, self.window_start, now),
             "trainer_idle_fraction": idle_fraction(window, ["train"], self.window_start, now),
             "weight_refresh_s_mean": sum(loads) / len(loads) if loads else 0.0,
@@ -142,6 +161,7 @@ class RunRecorder(Observer):
         self.writer.write(report.step, metrics)
         self.window_start = now
         self._window_lengths, self._window_tokens, self._window_refresh_s = [], 0, []
+        self._window_capacity = []
         self._queue_rows = []
         self.spans = [s for s in self.spans if s.end > now]
         if self.on_step:

@@ -30,10 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..metrics.timeline import TAIL_SHARE  # "few sequences left": one definition for the sim and the runs
 from .costs import decode_compute_time, expected_distinct_experts, prefill_time
 from .profiles import EngineProfile, HardwareProfile, ModelProfile
-
-TAIL_SHARE = 0.25   # "few sequences left": fewer than this share of the capacity running
 
 
 @dataclass(frozen=True)
