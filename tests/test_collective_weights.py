@@ -92,12 +92,17 @@ def test_gloo_pair_transfer_in_buckets_fails_cleanly_mid_way_and_recovers():
     assert sender.versions == [2]
 
 
-def test_sending_a_version_that_is_not_staged_fails_both_sides_fast():
+def test_a_version_the_sender_dropped_fails_that_transfer_only():
     sender = WeightSender("gloo", bucket_bytes=1 << 20, timeout_s=20)
+    receiver = WeightReceiver(0)
     handle = sender.stage(1, state())
     sender.keep_only([])
-    result, send_error = transfer(sender, WeightReceiver(0), handle, 1, 0, 0)
-    assert "not staged" in str(send_error) and isinstance(result, TransferError)
+    result, send_error = transfer(sender, receiver, handle, 1, 0, 0)
+    assert "not staged" in str(send_error)
+    assert isinstance(result, TransferError) and "no longer has version 1" in str(result)
+    handle = sender.stage(2, state(2))   # the pair group is still good: same generation
+    views, _, _ = transfer(sender, receiver, handle, 2, 0, 1)[0]
+    assert all(torch.equal(views[k], v) for k, v in state(2).items())
 
 
 def test_turns_run_transfers_in_their_numbered_order():

