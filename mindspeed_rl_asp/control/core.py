@@ -36,8 +36,9 @@ Rules (proofs in docs/control.md):
   groups are queued, and the oldest of them pass the staleness deadline check; else it
   waits. Finished work is never discarded.
 * ``colocated`` (hybrid): no Generate or LoadWeights while a TrainStep or a Publish (the
-  train -> generate switch) runs, no TrainStep while an actor generates or loads; once a step is ready no new generation starts, so the
-  step gets the devices as soon as running generation drains.
+  train -> generate switch) runs, no TrainStep while an actor generates or loads; once a
+  step is ready no new generation starts, so the step gets the devices as soon as running
+  generation drains.
 """
 from __future__ import annotations
 
