@@ -362,6 +362,12 @@ class RootConfig:
     steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.
     run_dir: str = ""
+    # Checkpoints (runtime/checkpoint.py): every ``save_every`` published versions (0: never)
+    # the trainer state and the control state go atomically to <run_dir>/checkpoints/;
+    # the newest ``keep_checkpoints`` stay. ``resume=RUN_DIR`` continues that run.
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    resume: str = ""
     # Command-specific inputs (asp-schedule, asp-generate); unused by others.
     input: Optional[str] = None
     output: Optional[str] = None

@@ -305,6 +305,10 @@ def validate_config(cfg, training: bool = True) -> None:
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
+    if cfg.save_every < 0:
+        problems.append(f"save_every={cfg.save_every} must be >= 0 (0: no checkpoints)")
+    if cfg.keep_checkpoints < 1:
+        problems.append(f"keep_checkpoints={cfg.keep_checkpoints} must be >= 1 (the newest checkpoint always stays)")
     if not any(q.startswith("layout.") for q in problems):
         problems += distributed_problems(cfg)
     if problems:
