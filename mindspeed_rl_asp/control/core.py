@@ -39,6 +39,16 @@ Rules (proofs in docs/control.md):
   train -> generate switch) runs, no TrainStep while an actor generates or loads; once a
   step is ready no new generation starts, so the step gets the devices as soon as running
   generation drains.
+* Actor faults (``on_actor_lost``): an actor whose process died releases what it held
+  (its minibatch is re-dispatched first, as a failed one) and is ``restarting``: the core
+  issues ``AwaitActor`` for it and gives it nothing until the shell reports it back
+  (``on_actor_restarted(actor, version)``: it holds ``version``, what its new process
+  loaded, and is refreshed before it generates) or gone (``on_actor_retired``: never
+  given work again; the run goes on with the others). With every actor retired and no
+  step able to run, ``poll`` raises ``ActorsExhausted`` (never a silent deadlock).
+* Re-plan (``replan_pending``): the shell may swap the not-yet-dispatched minibatches for
+  another cut of the same prompts (``scheduler.refit``: the next epoch planned from the
+  lengths observed so far), only if the whole plan still passes the window rule.
 """
 from __future__ import annotations
 
@@ -54,6 +64,7 @@ from .staleness import StalenessControl, first_window_gap
 __all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
            "is_colocated", "REFRESH_POLICIES", "AT_FINISH",
            "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
+           "AwaitActor", "ActorsExhausted",
            "minibatches_from_plan"]
 
 
@@ -198,7 +209,19 @@ class Finish:
     running: tuple[str, ...] = ()
 
 
-Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish]
+@dataclass(frozen=True)
+class AwaitActor:
+    """``actor``'s process died: tell the core when it is back (``Done``, with the weight
+    version its new process holds) or gone for good (``Failed``: it is retired)."""
+
+    actor: int
+
+
+class ActorsExhausted(RuntimeError):
+    """Every generation actor is retired and no step can run without more generation."""
+
+
+Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish, AwaitActor]
 
 
 # ---------------------------------------------------------------------- snapshots
@@ -267,6 +290,7 @@ class ControlCore:
         self.finished = False
         self.ages: Counter[int] = Counter()
         self._consumed: list[str] = []
+        self._awaiting: set[int] = set()           # restarting actors with an AwaitActor issued
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -289,6 +313,16 @@ class ControlCore:
         trainer_busy = self.training is not None or self.publishing is not None or batch is not None
         if not (colocated and trainer_busy):
             actions.extend(self._feed_actors())
+        for actor in self.dispatcher.restarting_actors():
+            if actor not in self._awaiting:
+                self._awaiting.add(actor)
+                actions.append(AwaitActor(actor))
+        if not actions and not self.dispatcher.live_actors() and not self.in_flight():
+            raise ActorsExhausted(
+                f"every generation actor ({self.config.num_actors}) is retired, with "
+                f"{self.trainer_version} of {self.total_steps} steps trained and "
+                f"{self.queue.queued_prompts} prompts queued and no step able to run; the run cannot go "
+                "on. Raise fault.actor_restarts, or find out why the actors die (their logs: out of memory?)")
         return actions
 
     @property
@@ -301,7 +335,11 @@ class ControlCore:
     def _paused(self) -> bool:
         """``refresh="global"``: no new work while some actor lacks the refresh target."""
         target = self.refresh_target
-        return self.config.refresh == "global" and any(a.version < target for a in self.dispatcher.actors)
+        # Restarting and retired actors do not hold it up: a retired one never generates
+        # again, a restarting one is refreshed before it does.
+        live = [self.dispatcher.actors[k] for k in self.dispatcher.live_actors()
+                if k not in self.dispatcher.restarting_actors()]
+        return self.config.refresh == "global" and any(a.version < target for a in live)
 
     def _ready_batch(self) -> Optional[list[QueuedGroup]]:
         """The oldest ``global_batch_size`` queued groups if the next step may take them."""
@@ -404,6 +442,33 @@ class ControlCore:
         and the next ``poll`` asks it to load again (never generating half-loaded)."""
         self.dispatcher.abort_load(actor, version)
 
+    def on_actor_lost(self, actor: int) -> None:
+        """``actor``'s process died (killed, out of memory: not an error it raised). What it
+        held is released: its minibatch is re-dispatched before any new one (as in
+        ``on_minibatch_failed``), a load it ran is dropped. It is ``restarting`` until
+        ``on_actor_restarted`` or ``on_actor_retired``; the next ``poll`` issues
+        ``AwaitActor`` for it."""
+        index = self.dispatcher.lose(actor)
+        if index is not None:
+            size = self.dispatcher.minibatches[index].size
+            self.queue.release(size)
+            self.staleness.retract(size, self.dispatcher.actors[actor].version)
+
+    def on_actor_restarted(self, actor: int, version: int) -> None:
+        """``actor`` is back and holds ``version`` (what its new process loaded: the
+        starting checkpoint, version 0, for an actor Ray restarted). It is idle; behind the
+        refresh target it loads the target before it generates again."""
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= self.published_version:
+            raise ProtocolError(f"actor {actor} restarted holding version {version!r}; the published "
+                                f"versions are 0..{self.published_version}")
+        self.dispatcher.restarted(actor, version)
+        self._awaiting.discard(actor)
+
+    def on_actor_retired(self, actor: int) -> None:
+        """``actor`` will not come back: it is never given work again; the others go on."""
+        self.dispatcher.retire(actor)
+        self._awaiting.discard(actor)
+
     def on_train_step_done(self, step: int) -> None:
         running = None if self.training is None else self.training.step
         if step != running:
@@ -419,10 +484,44 @@ class ControlCore:
         self.publishing = None
         self.published_version = version
 
+    # ------------------------------------------------------------------ re-planning
+    def replan_pending(self, minibatches: Any) -> None:
+        """Replace the minibatches not yet dispatched (from the dispatch cursor on) with
+        ``minibatches`` (same forms as the constructor takes), e.g. the next epoch planned
+        again from the lengths observed so far. Dispatched work (running, done, awaiting
+        retry) is never touched.
+
+        The new minibatches must hold exactly the prompt ids they replace, and the whole
+        plan (dispatched part + new part) must pass the constructor's checks, the window
+        rule (``staleness.first_window_gap``) included: the rule is a property of the
+        plan order alone, so the dispatched prefix, unchanged, keeps its part of it.
+        Otherwise ``ValueError`` naming the difference or the step that could never be
+        filled, and the core is unchanged. Why this keeps every invariant: the prompts
+        outside ``pending`` are untouched and ``pending`` keeps its set, so the ledger
+        stays a partition; ``total_steps`` cannot change (same prompt count)."""
+        if self.finished:
+            raise ProtocolError("replan_pending after Finish: nothing is dispatched any more")
+        d = self.dispatcher
+        new = as_minibatches(minibatches)
+        old_ids = Counter(pid for mb in d.minibatches[d.cursor:] for pid in mb.prompt_ids)
+        new_ids = Counter(pid for mb in new for pid in mb.prompt_ids)
+        if new_ids != old_ids:
+            missing = sorted((old_ids - new_ids).keys())
+            extra = sorted((new_ids - old_ids).keys())
+            raise ValueError(
+                "replan_pending: the new minibatches must hold exactly the prompt ids not yet dispatched "
+                f"({sum(old_ids.values())} of them); missing {len(missing)} {missing[:5]}, extra or repeated "
+                f"{len(extra)} {extra[:5]}")
+        steps = _check_plan(self.config, list(d.minibatches[:d.cursor]) + new)
+        if steps != self.total_steps:  # same prompt count: a bug here, never a user error
+            raise ProtocolError(f"replan_pending resolved total_steps={steps}, the run has {self.total_steps}")
+        d.replace_pending(new)
+
     # ------------------------------------------------------------------ views
     def in_flight(self) -> list[Action]:
         """Every action issued whose completion has not been reported, in a fixed order
-        (generation and loads by actor, then the train step, then the publish). Empty
+        (generation and loads by actor, then the train step, then the publish, then the
+        restarts awaited, by actor). Empty
         while the core waits on nothing: then a ``poll`` returning [] is a deadlock."""
         d = self.dispatcher
         out: list[Action] = []
@@ -436,6 +535,7 @@ class ControlCore:
             out.append(self.training)
         if self.publishing is not None:
             out.append(Publish(self.publishing))
+        out.extend(AwaitActor(a) for a in sorted(self._awaiting))
         return out
 
     @property

@@ -13,7 +13,12 @@ Invariants:
 * A completion or failure is accepted only from the actor the minibatch is assigned to;
   anything else is a ``ProtocolError`` (the shell drops partial output of failed work).
 * An actor is given work only while idle, and a weight load only while idle; a load never
-  lowers its version; the version only changes when the load completes (``finish_load``).
+  lowers its version; the version only changes when the load completes (``finish_load``)
+  or when the actor comes back from a restart (``restarted``: it holds what its restarted
+  process loaded, usually the starting checkpoint, version 0).
+* Actor faults: a lost actor (its process died) releases what it held (a minibatch goes
+  to ``retries``, a load is dropped) and is ``RESTARTING`` until the shell reports it back
+  (``restarted``) or gone for good (``retire``); neither status is ever given work.
 """
 from __future__ import annotations
 
@@ -71,6 +76,8 @@ class ActorStatus(str, Enum):
     IDLE = "idle"
     LOADING = "loading"
     GENERATING = "generating"
+    RESTARTING = "restarting"   # its process died; Ray is bringing it back (or cannot)
+    RETIRED = "retired"         # gone for good: never given work again
 
 
 @dataclass
@@ -109,8 +116,16 @@ class Dispatcher:
         return [a.actor for a in self.actors if a.status is ActorStatus.IDLE]
 
     def busy(self) -> bool:
-        """Some actor is generating or loading."""
-        return any(a.status is not ActorStatus.IDLE for a in self.actors)
+        """Some actor is generating, loading, or restarting (a restarting actor is loading
+        its checkpoint onto its devices; a retired one holds nothing)."""
+        return any(a.status not in (ActorStatus.IDLE, ActorStatus.RETIRED) for a in self.actors)
+
+    def live_actors(self) -> list[int]:
+        """Actors that are not retired (restarting ones included: they come back)."""
+        return [a.actor for a in self.actors if a.status is not ActorStatus.RETIRED]
+
+    def restarting_actors(self) -> list[int]:
+        return [a.actor for a in self.actors if a.status is ActorStatus.RESTARTING]
 
     def running(self) -> list[tuple[int, int]]:
         """(actor, plan index) of every minibatch being generated, by actor id."""
@@ -146,6 +161,14 @@ class Dispatcher:
         bisect.insort(self.retries, index)
         return index
 
+    def replace_pending(self, minibatches: Sequence[PlannedMinibatch]) -> None:
+        """Swap the never-dispatched minibatches (plan indices ``>= cursor``) for
+        ``minibatches``. Dispatched ones (running, done, awaiting retry) keep their plan
+        indices, so ``retries``, ``done`` and every actor's ``minibatch`` stay valid. The
+        core checks first that the new ones hold exactly the prompts they replace."""
+        self.minibatches = self.minibatches[:self.cursor] + tuple(minibatches)
+        self.index_of = {mb.minibatch_id: k for k, mb in enumerate(self.minibatches)}
+
     def start_load(self, actor: int, version: int) -> None:
         a = self._actor(actor)
         if a.status is not ActorStatus.IDLE or version <= a.version:
@@ -160,6 +183,34 @@ class Dispatcher:
         """The load failed: the actor is idle with the weights it had."""
         a = self._loading(actor, version, "failed to load")
         a.status, a.loading = ActorStatus.IDLE, None
+
+    def lose(self, actor: int) -> Optional[int]:
+        """``actor``'s process died: the minibatch it generated (returned: its plan index)
+        waits for re-dispatch, a load it ran is dropped, and it is ``RESTARTING``."""
+        a = self._actor(actor)
+        if a.status in (ActorStatus.RESTARTING, ActorStatus.RETIRED):
+            raise ProtocolError(f"actor {actor} reported lost, but it is already {a.status.value}")
+        index = a.minibatch
+        if index is not None:
+            bisect.insort(self.retries, index)
+        a.status, a.minibatch, a.loading = ActorStatus.RESTARTING, None, None
+        return index
+
+    def restarted(self, actor: int, version: int) -> None:
+        """``actor`` is back after a restart, holding ``version`` (what its new process
+        loaded); idle, so the refresh policy brings it up to date before it generates."""
+        a = self._actor(actor)
+        if a.status is not ActorStatus.RESTARTING:
+            raise ProtocolError(f"actor {actor} reported restarted, but it is {a.status.value}, not restarting")
+        a.status, a.version = ActorStatus.IDLE, version
+
+    def retire(self, actor: int) -> None:
+        """``actor`` will not come back (its restarts are spent): never given work again."""
+        a = self._actor(actor)
+        if a.status is not ActorStatus.RESTARTING:
+            raise ProtocolError(f"actor {actor} reported retired, but it is {a.status.value}, not restarting "
+                                "(report it lost first)")
+        a.status = ActorStatus.RETIRED
 
     def _loading(self, actor: int, version: int, what: str) -> ActorState:
         a = self._actor(actor)
