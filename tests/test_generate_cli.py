@@ -4,11 +4,12 @@ import json
 import pytest
 
 from mindspeed_rl_asp.cli.generate import main
-from mindspeed_rl_asp.config.load import REPO_ROOT, load_config
+from mindspeed_rl_asp.config.load import load_config
+from mindspeed_rl_asp.config.validate import resolve_model_path
 
 
 def test_shipped_checkpoint_is_complete():
-    path = REPO_ROOT / load_config().model.path
+    path = resolve_model_path(load_config().model.path)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "training_card.json"):
         assert (path / name).is_file(), f"{name} missing from the shipped tiny policy"
     card = json.loads((path / "training_card.json").read_text())

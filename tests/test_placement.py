@@ -1,10 +1,13 @@
 """Layouts map to Ray bundles and role slots that fit them."""
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import list_group_options, load_config
-from mindspeed_rl_asp.config.load import REPO_ROOT as REPO
 from mindspeed_rl_asp.runtime.placement import plan_placement
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def layout(name, mode="async"):

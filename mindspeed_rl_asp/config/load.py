@@ -18,21 +18,22 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from .paths import package_path
 from .schema import RootConfig
 from .validate import ConfigError, validate_config
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-REPO_ROOT = PACKAGE_ROOT.parent
-
 
 def config_dir() -> Path:
-    """The ``configs/`` directory: beside the package in a checkout (editable install)."""
+    """The Hydra ``configs/`` directory: ``ASP_CONFIG_DIR`` if set, else the one shipped in the
+    package (the checkout's top-level ``configs/``, through the link in the package)."""
     override = os.environ.get("ASP_CONFIG_DIR")
-    candidate = Path(override) if override else REPO_ROOT / "configs"
+    candidate = Path(override) if override else package_path("configs")
     if not (candidate / "config.yaml").is_file():
+        where = "ASP_CONFIG_DIR" if override else "the installed package"
         raise ConfigError(
-            f"config directory {candidate} has no config.yaml; install the package from "
-            "a checkout with `pip install -e .` or set ASP_CONFIG_DIR to the configs/ folder"
+            f"config directory {candidate} ({where}) has no config.yaml; set ASP_CONFIG_DIR to a configs/ "
+            "folder, or reinstall the package (`pip install -e .` in a checkout, whose mindspeed_rl_asp/configs "
+            "links to configs/)"
         )
     return candidate
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..control.core import AT_FINISH, REFRESH_POLICIES
+from .paths import locate, missing_checkpoint_parts
 from .schema import (DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS, WEIGHT_TRANSPORTS,
                      training_devices)
 
@@ -277,10 +278,7 @@ def engine_problems(cfg) -> list[str]:
 
     from ..engines.vllm_platform import config_problems
 
-    path = Path(cfg.model.path)
-    if not path.is_absolute() and not path.exists():
-        path = Path(__file__).resolve().parents[2] / cfg.model.path
-    config = path / "config.json"
+    config = locate(cfg.model.path) / "config.json"
     model_config = json.loads(config.read_text()) if config.is_file() else None
     return config_problems(cfg.engine, cfg.layout.infer_instance_size, model_config)
 
@@ -317,14 +315,15 @@ def validate_config(cfg, training: bool = True) -> None:
 
 
 def resolve_model_path(path: str) -> Path:
-    """A model path as given, or relative to the repository root; error if missing."""
-    candidate = Path(path)
-    if not candidate.is_absolute() and not candidate.exists():
-        candidate = Path(__file__).resolve().parents[2] / path
-    if not (candidate / "config.json").is_file():
-        raise ConfigError(
-            f"model.path={path!r}: no checkpoint there (expected a directory with config.json). "
-            "Train the tiny policy with `python scripts/train_tiny_policy.py` or point model.path "
-            "at a local Hugging Face checkpoint directory"
-        )
+    """The checkpoint directory of ``model.path`` (as written, or the one shipped in the
+    package: config/paths.py); one error naming model.path and everything it lacks."""
+    candidate = locate(path)
+    fix = ("point model.path at a local Hugging Face checkpoint directory (what save_pretrained writes, "
+           "with its tokenizer), or leave it at the shipped tiny policy")
+    if not candidate.is_dir():
+        raise ConfigError(f"model.path={path!r}: no checkpoint there (no such directory); {fix}")
+    missing = missing_checkpoint_parts(candidate)
+    if missing:
+        raise ConfigError(f"model.path={path!r}: no checkpoint there: the directory {candidate} has no "
+                          f"{' and no '.join(missing)}; {fix}")
     return candidate
