@@ -21,6 +21,7 @@ ENGINES = ("hf", "vllm", "mindspeed")
 MODES = ("async", "hybrid")
 SCHEDULERS = ("asp", "fifo", "sorted")
 PREDICTORS = ("reference", "history", "ridge", "lm")
+REFITS = ("none", "history")
 TASKS = ("maze", "dataset")
 
 
@@ -83,6 +84,9 @@ class ModelConfig:
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     expert_model_parallel_size: int = 1
+    # Megatron context parallelism (MindSpeed-RL's actor_config.context_parallel_size);
+    # used by engine=mindspeed only, the hf trainer does not split sequences.
+    context_parallel_size: int = 1
     infer_tensor_parallel_size: int = 1
     infer_pipeline_parallel_size: int = 1
     infer_expert_parallel_size: int = 1
@@ -162,6 +166,13 @@ class SchedulerConfig:
     profile_holdout: float = 0.25
     lengths_file: str = ""
     predictor_path: str = ""
+    # Refit between epochs (runtime/replan.py, docs/scheduler.md "Refit between epochs"):
+    # none: every epoch replays the first plan; history: as dispatch nears epoch e >= 1,
+    # each prompt's length is (refit_weight x the plan's prediction + the sum of its
+    # lengths observed so far) / (refit_weight + samples observed), and epoch e is
+    # planned again on those lengths. refit_weight counts samples.
+    refit: str = "none"
+    refit_weight: float = 4.0
 
 
 @dataclass

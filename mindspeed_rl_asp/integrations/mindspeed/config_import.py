@@ -1,0 +1,815 @@
+"""A MindSpeed-RL GRPO / DAPO job (its Hydra YAML) as this project's Hydra overrides.
+
+MindSpeed-RL describes a job in four sections, ``megatron_training`` (data, tokenizer,
+batch, checkpoints), ``actor_config`` (the Megatron actor: parallelism, optimizer),
+``rl_config`` (GRPO: samples per prompt, minibatches, KL, rewards, resources) and
+``generate_config`` (vLLM: inference parallelism, sampling), plus a ``defaults: - model:
+NAME`` group read from ``model/NAME.yaml`` beside the file. :func:`import_job` maps every
+key this project can honour to an override, lists the keys it ignores with the reason
+(fusion and kernel flags, logging, Megatron checkpoint plumbing: they change speed or
+bookkeeping, never the algorithm), and refuses, with one :class:`MindSpeedImportError`
+naming the key and the fix, a key whose meaning it cannot honour, an unknown section or
+key, a resource count that does not fit the layout, or a missing model group.
+
+The T/G split is new. MindSpeed-RL colocates actor, reference and rollout on all
+``rl_config.actor_resource.num_npus`` NPUs; ASP puts training and generation on
+different nodes. The layout is the user's ``layout=NAME`` override when given (its NPUs
+must equal num_npus), otherwise :func:`choose_layout`'s stated rule over the shipped
+layouts. ``asp-plan-layout`` with the same overrides searches a better split.
+
+Conventions checked against MindSpeed-RL's source (config_cls/rl_config.py and the
+advantage, KL and loss functions its trainer calls):
+
+* ``rl_config.mini_batch_size`` is written in prompts; RLConfig multiplies it by
+  ``n_samples_per_prompt`` after reading it, so its internal value counts samples. This
+  project's ``rl.mini_batch_size`` counts prompts: the YAML value maps unchanged (never
+  the multiplied one). ``megatron_training.global_batch_size`` counts prompts too;
+  ``actor_config.micro_batch_size`` counts samples, as ``rl.micro_batch_size`` does.
+* ``kl_penalty``: ``kl`` is logp - ref (our k1), ``mse`` is (logp - ref)^2 / 2 (k2),
+  ``low_var_kl`` is exp(ref - logp) - (ref - logp) - 1 (k3; MindSpeed-RL also clamps the
+  result to [-10, 10], ours does not, which only matters for a KL above 10 per token).
+* ``adv_estimator: group_norm`` is (r - mean) / (std + eps) per prompt group:
+  ``algo.scale_advantages=true``. The GRPO loss is a masked mean over every token of the
+  batch: ``algo.loss_agg=token_mean`` (DAPO's ``token_level_loss: false`` is the mean of
+  per-sequence means: ``seq_mean_token_mean``).
+* ``sampling_config.top_k: -1`` is vLLM's "no top-k", our ``top_k=0``.
+
+Pure: plain dicts in, a frozen result out. :func:`import_file` is the thin shell that
+reads the YAML, its model group and the shipped layouts.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from ...config.validate import ConfigError
+
+SECTIONS = ("defaults", "megatron_training", "actor_config", "rl_config", "generate_config")
+# Sections that only profile or debug a run: ignored whole.
+IGNORED_SECTIONS = {
+    "profiler_config": "profiling (this project's timeline.jsonl records every actor's spans)",
+    "msprobe_config": "MindStudio precision probes (debugging only)",
+}
+GRPO_STAGES = ("ray_grpo", "ray_dapo")
+# Layout node counts are this project's; the files live in configs/layout/.
+LAYOUT_GROUP = "layout"
+
+
+class MindSpeedImportError(ConfigError):
+    """A MindSpeed-RL YAML this project cannot run as written; the message names the key
+    (``section.key``) and what to change."""
+
+
+@dataclass(frozen=True)
+class Ignored:
+    key: str       # section.key as written in the YAML
+    reason: str
+
+
+@dataclass(frozen=True)
+class LayoutMapping:
+    """How the colocated MindSpeed-RL job maps onto one of this project's layouts."""
+
+    name: str
+    rule: str                 # why this layout
+    num_npus: int             # rl_config.actor_resource.num_npus
+    device_type: str
+    nodes: int                # nodes used (T + G; hybrid: all)
+    devices_per_node: int
+    train_nodes: int
+    gen_nodes: int
+    infer_instance_size: int
+    hybrid: bool = False
+
+    @property
+    def train_devices(self) -> int:
+        return (self.nodes if self.hybrid else self.train_nodes) * self.devices_per_node
+
+    @property
+    def gen_devices(self) -> int:
+        return (self.nodes if self.hybrid else self.gen_nodes) * self.devices_per_node
+
+    @property
+    def instances(self) -> int:
+        return self.gen_devices // self.infer_instance_size
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    overrides: tuple[str, ...]       # Hydra overrides, groups first, in a stable order
+    ignored: tuple[Ignored, ...]
+    layout: LayoutMapping
+    model_group: str
+    source: str = ""                 # the YAML the job came from (for messages)
+    parallel: Mapping[str, int] = field(default_factory=dict)
+
+    def describe_layout(self) -> str:
+        lay, p = self.layout, self.parallel
+        tp, pp, ep = p.get("tp", 1), p.get("pp", 1), p.get("ep", 1)
+        itp, ipp, iep = p.get("itp", 1), p.get("ipp", 1), p.get("iep", 1)
+        model_parallel = tp * pp
+        dp = lay.train_devices // model_parallel if model_parallel and lay.train_devices % model_parallel == 0 else 0
+        if lay.hybrid:
+            split = (f"mode=hybrid: every one of the {lay.num_npus} NPUs trains and generates in turn, "
+                     "as MindSpeed-RL does")
+        else:
+            split = (f"T = {lay.train_nodes} node(s) x {lay.devices_per_node} = {lay.train_devices} {lay.device_type} "
+                     f"device(s) train (Megatron TP {tp} x PP {pp}, EP {ep}"
+                     + (f", data-parallel {dp}" if dp else "") + "), "
+                     f"G = {lay.gen_nodes} node(s) x {lay.devices_per_node} = {lay.gen_devices} device(s) generate "
+                     f"as {lay.instances} inference instance(s) of {lay.infer_instance_size} "
+                     f"(infer TP {itp} x PP {ipp}, EP {iep})")
+        return "\n".join([
+            f"layout {lay.name}: {lay.rule}",
+            f"  MindSpeed-RL colocates actor, reference and rollout on all {lay.num_npus} devices "
+            "(rl_config.actor_resource.num_npus)" + ("; so does mode=hybrid:" if lay.hybrid else "; ASP splits them:"),
+            f"  {split}.",
+            "  For a split tuned to this job (instance size, staleness, minibatch size) run:",
+            "  asp-plan-layout " + " ".join(self.overrides) + "   (it sweeps the split and drops the keys it sweeps)",
+        ])
+
+    def describe(self) -> str:
+        lines = [f"# {len(self.overrides)} override(s) from {self.source or 'the MindSpeed-RL job'}:"]
+        lines += [f"  {o}" for o in self.overrides]
+        lines.append(f"# {len(self.ignored)} key(s) ignored (they change speed or bookkeeping, not the algorithm):")
+        lines += [f"  {i.key}: {i.reason}" for i in self.ignored]
+        lines.append(self.describe_layout())
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Key rules. Each handler gets (builder, "section.key", value) and either records an
+# override target, records the key as ignored, or raises MindSpeedImportError.
+# ---------------------------------------------------------------------------------------
+
+Handler = Callable[["_Builder", str, Any], None]
+
+
+class _Builder:
+    """Collects targets (override key -> value) and ignored keys while the rules run."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.ignored: list[Ignored] = []
+        self.seen: dict[str, Any] = {}     # "section.key" -> value, for cross-key rules
+
+    def set(self, target: str, value: Any) -> None:
+        self.values[target] = value
+
+    def ignore(self, key: str, reason: str) -> None:
+        self.ignored.append(Ignored(key, reason))
+
+
+def refuse(key: str, value: Any, why: str, fix: str) -> MindSpeedImportError:
+    return MindSpeedImportError(f"MindSpeed-RL key {key}={value!r}: {why}; {fix}")
+
+
+def _number(key: str, value: Any, kind: type = float):
+    """YAML reads ``1e-6`` (no dot) as a string: accept numbers written either way."""
+    if isinstance(value, bool):
+        raise refuse(key, value, f"expected a {kind.__name__}", "write a number")
+    try:
+        number = kind(float(value)) if kind is int else kind(value)
+    except (TypeError, ValueError):
+        raise refuse(key, value, f"expected a {kind.__name__}", "write a number") from None
+    if kind is int and float(value) != number:
+        raise refuse(key, value, "expected a whole number", "write an integer")
+    return number
+
+
+def to(target: str, kind: Optional[type] = None, convert: Optional[Callable[[Any], Any]] = None) -> Handler:
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        v = _number(key, value, kind) if kind in (int, float) else value
+        b.set(target, convert(v) if convert else v)
+    return handle
+
+
+def positive(target: str) -> Handler:
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        v = _number(key, value, int)
+        if v < 1:
+            raise refuse(key, value, "must be at least 1", "write a positive integer")
+        b.set(target, v)
+    return handle
+
+
+def ignore(reason: str) -> Handler:
+    return lambda b, key, value: b.ignore(key, reason)
+
+
+def only(accepted: Sequence[Any], why: str, fix: str, reason: str) -> Handler:
+    """A key whose accepted values are what this project does anyway (recorded as ignored
+    with ``reason``); any other value is refused with ``why`` and ``fix``."""
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        if not any(_same(value, a) for a in accepted):
+            raise refuse(key, value, why, fix)
+        b.ignore(key, reason)
+    return handle
+
+
+def note(b: _Builder, key: str, value: Any) -> None:
+    """Read by a cross-key rule after every section ran (see :func:`_cross_key_rules`)."""
+    b.seen[key] = value
+
+
+def _same(value: Any, accepted: Any) -> bool:
+    if isinstance(accepted, bool) or isinstance(value, bool):
+        return value is accepted or (value in (None,) and accepted is False)
+    if isinstance(accepted, (int, float)):
+        try:
+            return float(value) == float(accepted)
+        except (TypeError, ValueError):
+            return False
+    return value == accepted
+
+
+def unhonoured(why: str, fix: str) -> Handler:
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        raise refuse(key, value, why, fix)
+    return handle
+
+
+SPEED = "a fused kernel or memory/speed switch of Megatron / MindSpeed; no effect on the algorithm"
+CHECKPOINT = "Megatron checkpoint plumbing; this project loads the Hugging Face checkpoint at model.path and saves into run_dir"
+LOGGING = "logging; this project writes metrics.jsonl and TensorBoard into run_dir"
+DISPATCH = ("MindSpeed-RL's TransferDock dispatch granularity; ASP's Control Unit dispatches the planned "
+            "minibatches instead")
+COLOCATION = ("offloading between the colocated train and generate phases; in ASP's decoupled layout "
+              "nothing is swapped (mode=hybrid swaps by phase)")
+ARCHITECTURE = "architecture detail; the checkpoint's config.json at model.path is what the model is built from"
+DATA_ORDER = "data order; ASP's planner orders the prompts (scheduler=asp|fifo|sorted)"
+ADAM_FIX = "this project's trainer is torch AdamW with betas (0.9, 0.999): set the key to that or delete it"
+
+MEGATRON_KEYS: dict[str, Handler] = {
+    "model": note,
+    "tokenizer_name_or_path": to("model.path"),
+    "tokenizer_type": only(["PretrainedFromHF"], "only Hugging Face tokenizers load here",
+                           "use tokenizer_type: PretrainedFromHF with a Hugging Face checkpoint directory",
+                           "the tokenizer is the one at model.path (tokenizer_name_or_path)"),
+    "global_batch_size": positive("rl.global_batch_size"),
+    "seq_length": ignore("Megatron's padded training length; this trainer pads each micro-batch to its "
+                         "longest sample (the lengths are bounded by max_prompt_length + max_tokens)"),
+    "save_interval": to("save_every", int),
+    "train_iters": positive("steps"),
+    "seed": to("seed", int),
+    "stage": note,
+    "data_path": note,
+    "split": only(["100,0,0"], "only a training split is read", "write split: 100,0,0 (held-out prompts come "
+                  "from task.eval_path)", "the whole file trains (held-out prompts: task.eval_path)"),
+    "no_shuffle": ignore(DATA_ORDER),
+    "full_shuffle_instruction_dataset": ignore(DATA_ORDER),
+    "dataset_additional_keys": ignore("preprocessed-dataset columns; task=dataset reads task.answer_key"),
+    "bf16": note,
+    "tensor_model_parallel_size": positive("model.tensor_model_parallel_size"),
+    "pipeline_model_parallel_size": positive("model.pipeline_model_parallel_size"),
+    "micro_batch_size": positive("rl.micro_batch_size"),
+    "lr": to("train.lr", float),
+    "lr_decay_style": note, "lr_warmup_fraction": note, "lr_warmup_iters": note, "min_lr": note,
+    "weight_decay": to("train.weight_decay", float),
+    "clip_grad": to("train.clip_grad", float),
+    "adam_beta1": only([0.9], "the optimizer's beta1 is fixed here", ADAM_FIX, "torch AdamW's beta1 0.9"),
+    "adam_beta2": only([0.999], "the optimizer's beta2 is fixed here", ADAM_FIX, "torch AdamW's beta2 0.999"),
+    "attention_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout"),
+    "hidden_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout"),
+    "init_method_std": ignore("initialisation of new weights; the policy is loaded, never initialised"),
+    "load": ignore(CHECKPOINT), "save": ignore(CHECKPOINT), "finetune": ignore(CHECKPOINT),
+    "no_load_optim": ignore(CHECKPOINT), "no_load_rng": ignore(CHECKPOINT),
+    "no_save_optim": ignore(CHECKPOINT + " (save_every checkpoints always hold the optimizer and RNG)"),
+    "no_save_rng": ignore(CHECKPOINT + " (save_every checkpoints always hold the optimizer and RNG)"),
+    "no_shared_storage": ignore(CHECKPOINT),
+    "distributed_backend": ignore("this project picks gloo / nccl / hccl from layout.device_type"),
+    "log_interval": ignore(LOGGING), "eval_interval": ignore(LOGGING), "eval_iters": ignore(LOGGING),
+    "norm_epsilon": ignore(ARCHITECTURE), "qk_layernorm": ignore(ARCHITECTURE),
+    "use_rotary_position_embeddings": ignore(ARCHITECTURE),
+    "reset_attention_mask": ignore("packing of several samples into one row; this trainer pads instead"),
+    "attention_mask_type": ignore("packing of several samples into one row; this trainer pads instead"),
+    "no_pad_to_seq_lengths": ignore(SPEED),
+    **{k: ignore(SPEED) for k in (
+        "use_fused_rmsnorm", "use_mcore_models", "sequence_parallel", "use_flash_attn", "no_masked_softmax_fusion",
+        "attention_softmax_in_fp32", "no_gradient_accumulation_fusion", "use_fused_swiglu", "use_fused_rotary_pos_emb",
+        "use_distributed_optimizer", "moe_alltoall_overlap_comm", "moe_grouped_gemm", "moe_permutation_async_comm",
+        "gemm_gradient_accumulation_fusion", "overlap_grad_reduce", "reuse_fp32_param", "swap_attention",
+        "swap_optimizer", "recompute_granularity", "recompute_method", "recompute_num_layers", "shape_order",
+        "initial_loss_scale", "moe_tp_extend_ep", "context_parallel_algo", "num_layer_list")},
+    **{k: unhonoured("LoRA is not supported by this project's trainer", "train full weights (delete the lora_* keys)")
+       for k in ("lora_r", "lora_alpha", "lora_fusion", "lora_target_modules", "lora_ckpt_filter")},
+}
+
+# actor_config overrides megatron_training key by key, as in MindSpeed-RL.
+ACTOR_KEYS: dict[str, Handler] = {
+    **MEGATRON_KEYS,
+    "expert_model_parallel_size": positive("model.expert_model_parallel_size"),
+    "context_parallel_size": positive("model.context_parallel_size"),
+    "noop_layers": unhonoured("no-op padding layers change the model this project loads",
+                              "delete noop_layers and num_layers and use the checkpoint's own layers"),
+    "num_layers": unhonoured("a layer count other than the checkpoint's changes the model",
+                             "delete it: the checkpoint's config.json gives the layers"),
+}
+
+RL_KEYS: dict[str, Handler] = {
+    "n_samples_per_prompt": positive("rl.n_samples_per_prompt"),
+    # Written in prompts (RLConfig multiplies it by n_samples_per_prompt afterwards): ours counts prompts too.
+    "mini_batch_size": positive("rl.mini_batch_size"),
+    "max_prompt_length": positive("rl.max_prompt_length"),
+    "epochs": only([1], "this project makes one pass of updates over each step's samples",
+                   "set rl_config.epochs: 1", "one pass of updates per step (rl.global_batch_size / "
+                   "rl.mini_batch_size optimizer updates)"),
+    "clip_ratio": note, "clip_higher_enable": note, "clip_ratio_low": note, "clip_ratio_high": note,
+    "kl_penalty": note, "kl_ctrl_type": note, "init_kl_coef": note, "kl_horizon": note, "kl_target": note,
+    "token_level_loss": note,
+    "adv_estimator": only(["group_norm"], "only GRPO's group-normalised advantages are implemented",
+                          "set adv_estimator: group_norm (GAE needs a critic this project does not have)",
+                          "GRPO group normalisation: algo.scale_advantages=true"),
+    "gamma": ignore("GAE discount; unused by group_norm advantages"),
+    "lam": ignore("GAE lambda; unused by group_norm advantages"),
+    "advantage_whiten": ignore("GAE whitening; unused by group_norm advantages"),
+    "entropy_coeff": only([0.0], "the loss has no entropy bonus", "set entropy_coeff: 0", "no entropy bonus"),
+    "use_kl_in_reward": only([False], "the KL term is in the loss here, never in the reward",
+                             "set use_kl_in_reward: false (init_kl_coef then weights the KL in the loss)",
+                             "KL in the loss (algo.kl_coef)"),
+    "rule_reward": only([True], "only rule rewards are implemented (no reward model)",
+                        "set rule_reward: true and name the rules in verifier_function", "rule rewards"),
+    "verifier_function": note, "verifier_weight": note,
+    "verifier_parallel": ignore("reward evaluation concurrency; rewards are computed in the trainer"),
+    "verifier_timeout": ignore("reward evaluation timeout; math_verify takes MATH_VERIFY_TIMEOUT_S"),
+    "actor_resource": note,
+    "shuffle_mini_batch": only([False], "minibatches are taken in the order the planner made them",
+                               "set shuffle_mini_batch: false", "minibatches in plan order"),
+    "use_integrated_worker": only([True], "the separate-worker mode has no ASP equivalent",
+                                  "set use_integrated_worker: true", "one actor worker: ASP's Training Unit"),
+    "blocking": ignore("MindSpeed-RL's synchronous pipeline switch; ASP's Control Unit decides what waits"),
+    "guarantee_order": ignore(DATA_ORDER),
+    "async_engine": ignore("MindSpeed-RL's in-process async rollout; ASP's generation actors are asynchronous"),
+    "num_cpus_for_local_task": ignore("Ray CPUs for MindSpeed-RL's own driver task"),
+    "num_cpus_for_placement_group": ignore("Ray CPUs per MindSpeed-RL bundle; this project sizes its bundles by layout"),
+    "hccl_buffersize": ignore("HCCL_BUFFSIZE: set it in the launch environment (runtime/placement.npu_actor_env)"),
+    "zmq_communication": ignore(DISPATCH), "data_strategy": ignore(DISPATCH),
+    "log_max_throughput": ignore(LOGGING), "use_tensorboard": ignore(LOGGING), "use_wandb": ignore(LOGGING),
+    "wandb_project": ignore(LOGGING), "wandb_exp_name": ignore(LOGGING), "wandb_save_dir": ignore(LOGGING),
+    "use_swanlab": ignore(LOGGING), "swanlab_mode": ignore(LOGGING), "swanlab_project": ignore(LOGGING),
+    "swanlab_exp_name": ignore(LOGGING), "swanlab_save_dir": ignore(LOGGING),
+    "filter_groups_enable": only([False], "DAPO's dynamic sampling (drop groups with equal rewards, sample more) "
+                                 "is not implemented", "set filter_groups_enable: false",
+                                 "no dynamic sampling"),
+    "filter_groups_metric": ignore("dynamic sampling is off"),
+    "filter_groups_max_batches": ignore("dynamic sampling is off"),
+    "filter_groups_train_batch_size": ignore("dynamic sampling is off"),
+    "overlong_buffer_enable": only([False], "DAPO's overlong-response penalty is not implemented",
+                                   "set overlong_buffer_enable: false", "no overlong penalty"),
+    "overlong_buffer": ignore("the overlong penalty is off"),
+    "overlong_buffer_penalty_factor": ignore("the overlong penalty is off"),
+    "rollout_max_tokens": ignore("the overlong penalty is off; responses are bounded by sampling_config.max_tokens"),
+    "multi_turn_enable": only([False], "multi-turn tool use is not implemented", "set multi_turn_enable: false",
+                              "single-turn"),
+    **{k: ignore(SPEED) for k in (
+        "use_remove_padding", "use_dynamic_bsz", "max_packing_token_size", "ref_max_packing_token_size",
+        "actor_max_packing_token_size", "update_max_packing_token_size", "dynamic_max_batch_size",
+        "ref_dynamic_max_batch_size", "actor_dynamic_max_batch_size", "update_dynamic_max_batch_size",
+        "use_dp_batch_balance", "actor_forward_micro_batch_size", "ref_forward_micro_batch_size",
+        "tp_split_expert")},
+    **{k: ignore(DISPATCH) for k in (
+        "actor_rollout_dispatch_size", "actor_logprob_dispatch_size", "ref_dispatch_size", "reward_dispatch_size",
+        "dynamic_sampling_dispatch_size", "adv_dispatch_size", "actor_update_dispatch_size", "kl_dispatch_size")},
+    **{k: unhonoured("a separate model or worker besides the actor is not supported (GRPO with rule rewards "
+                     "needs only the actor; the reference is a frozen copy of it)", "delete the key")
+       for k in ("reference_resource", "reward_resource", "critic_resource", "vit_resource")},
+    **{k: unhonoured("multi-turn tool use is not implemented", "delete the key")
+       for k in ("tool_config_path", "max_tool_calls", "max_parallel_calls", "max_total_response_length",
+                 "max_tool_response_length", "tool_response_truncate_side", "tool_parser_format")},
+    "share_backbone": unhonoured("LoRA is not supported by this project's trainer", "delete the key"),
+}
+
+SAMPLING_KEYS: dict[str, Handler] = {
+    "max_tokens": positive("generate.sampling_config.max_tokens"),
+    "temperature": to("generate.sampling_config.temperature", float),
+    "top_p": to("generate.sampling_config.top_p", float),
+    "top_k": to("generate.sampling_config.top_k", int, lambda k: 0 if k < 0 else k),
+    "logprobs": only([0, 1], "the engines return only the sampled token's log-prob", "set logprobs: 1",
+                     "the sampled token's log-prob is always returned"),
+    "min_p": only([0.0], "min_p filtering is not implemented", "set min_p: 0.0", "no min_p filter"),
+    "detokenize": ignore("rewards decode the tokens themselves"),
+    "seed": ignore("sampling seeds derive from the run's seed (megatron_training.seed)"),
+}
+
+GENERATE_KEYS: dict[str, Handler] = {
+    "infer_tensor_parallel_size": positive("model.infer_tensor_parallel_size"),
+    "infer_pipeline_parallel_size": positive("model.infer_pipeline_parallel_size"),
+    "infer_expert_parallel_size": positive("model.infer_expert_parallel_size"),
+    "enable_expert_parallel": note,
+    "max_num_seqs": positive("engine.max_num_seqs"),
+    "max_model_len": positive("engine.max_model_len"),
+    "gpu_memory_utilization": to("engine.gpu_memory_utilization", float),
+    "enforce_eager": to("engine.enforce_eager"),
+    "enable_prefix_caching": to("engine.enable_prefix_caching"),
+    "dtype": note,
+    "sampling_config": note,
+    "max_num_batched_tokens": ignore("vLLM's token budget per scheduler step (speed)"),
+    "trust_remote_code": ignore("checkpoints load with transformers' own Qwen2 / Qwen3 classes"),
+    "torchair_graph": ignore(SPEED), "ascend_scheduler_config_enabled": ignore(SPEED),
+    "num_scheduler_steps": ignore(SPEED),
+    "offload_train_optimizer": ignore(COLOCATION), "offload_train_grad": ignore(COLOCATION),
+    "offload_train_param": ignore(COLOCATION),
+    "expert_map_path": unhonoured("expert load balancing (EPLB) maps are not supported",
+                                  "delete expert_map_path"),
+}
+
+SECTION_KEYS = {"megatron_training": MEGATRON_KEYS, "actor_config": ACTOR_KEYS, "rl_config": RL_KEYS,
+                "generate_config": GENERATE_KEYS}
+
+# Megatron model-group keys -> this project's model.* architecture keys (configs/model/*.yaml).
+MODEL_GROUP_KEYS = {
+    "num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads", "kv_channels": "model.head_dim",
+    "padded_vocab_size": "model.vocab_size", "max_position_embeddings": "model.max_position_embeddings",
+    "num_experts": "model.num_experts", "moe_router_topk": "model.num_experts_per_tok",
+    "moe_ffn_hidden_size": "model.moe_intermediate_size",
+}
+
+REWARD_FIX = ("name one of this project's rewards (mindspeed_rl_asp/tasks/rewards.py keeps MindSpeed-RL's "
+              "names: {names}) or your own as package.module:function")
+
+
+def _unknown_key(key: str, table: Mapping[str, Handler]) -> MindSpeedImportError:
+    import difflib
+
+    close = difflib.get_close_matches(key.rpartition(".")[2], list(table), n=1)
+    hint = f" (did you mean {key.rpartition('.')[0]}.{close[0]}?)" if close else ""
+    return MindSpeedImportError(
+        f"MindSpeed-RL key {key} is not known to the importer{hint}: it cannot say whether this project "
+        "honours it; delete it, or map it in mindspeed_rl_asp/integrations/mindspeed/config_import.py")
+
+
+def _run_section(b: _Builder, section: str, body: Any, table: Mapping[str, Handler]) -> None:
+    if not isinstance(body, Mapping):
+        raise MindSpeedImportError(f"MindSpeed-RL section {section} must be a mapping of keys, got {body!r}")
+    for key, value in body.items():
+        full = f"{section}.{key}"
+        if key not in table:
+            raise _unknown_key(full, table)
+        table[key](b, full, value)
+
+
+def model_group_name(job: Mapping[str, Any]) -> str:
+    """The NAME of ``defaults: - model: NAME`` (or ``- model: [NAME]``); refuses without one."""
+    fix = ("add `defaults: [{model: NAME}]` naming a file model/NAME.yaml beside the job YAML "
+           "(or give its folder with --model-dir)")
+    for entry in job.get("defaults") or []:
+        if isinstance(entry, Mapping) and "model" in entry:
+            name = entry["model"]
+            if isinstance(name, (list, tuple)):
+                if len(name) != 1:
+                    raise refuse("defaults.model", name, "exactly one model group is needed", fix)
+                name = name[0]
+            if isinstance(name, str) and name:
+                return name
+    raise MindSpeedImportError(f"MindSpeed-RL key defaults.model is missing: the job names no model group; {fix}")
+
+
+def _model_overrides(b: _Builder, name: str, group: Optional[Mapping[str, Any]]) -> None:
+    if group is None:
+        raise MindSpeedImportError(
+            f"MindSpeed-RL key defaults.model={name!r}: no model group {name}.yaml was found; put the model "
+            "group file in a folder model/ beside the job YAML or pass its folder with --model-dir")
+    body = group.get(name, group)   # MindSpeed-RL wraps the group under its own name
+    if not isinstance(body, Mapping):
+        raise refuse("defaults.model", name, "the model group is not a mapping of keys", "check model/NAME.yaml")
+    for key, target in MODEL_GROUP_KEYS.items():
+        if key in body:
+            b.set(target, _number(f"model.{name}.{key}", body[key], int))
+    moe = int(body.get("num_experts") or 0) > 0
+    if "ffn_hidden_size" in body and not moe:
+        b.set("model.intermediate_size", _number(f"model.{name}.ffn_hidden_size", body["ffn_hidden_size"], int))
+    heads = body.get("num_attention_heads")
+    if body.get("group_query_attention") and "num_query_groups" in body:
+        b.set("model.num_key_value_heads", _number(f"model.{name}.num_query_groups", body["num_query_groups"], int))
+    elif heads:
+        b.set("model.num_key_value_heads", int(heads))
+    if "kv_channels" not in body and heads and body.get("hidden_size"):
+        b.set("model.head_dim", int(body["hidden_size"]) // int(heads))
+    if "untie_embeddings_and_output_weights" in body:
+        b.set("model.tie_word_embeddings", not bool(body["untie_embeddings_and_output_weights"]))
+    if not moe:
+        b.set("model.num_experts", 0)
+        b.set("model.num_experts_per_tok", 0)
+        b.set("model.moe_intermediate_size", 0)
+    b.set("model.name", name)
+    b.set("model.family", "qwen3_moe" if moe else "qwen3" if body.get("qk_layernorm") else "qwen2")
+
+
+def choose_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], hybrid: bool = False,
+                  requested: Optional[str] = None) -> LayoutMapping:
+    """The layout for a job of ``num_npus`` NPUs.
+
+    ``requested`` (the user's ``layout=NAME``): that layout; its devices (T + G nodes x
+    devices per node; hybrid: every node) must equal ``num_npus``. Otherwise the rule is:
+    among the shipped ``npu`` layouts (not ``*_hybrid`` unless ``hybrid``) whose devices
+    equal ``num_npus``, the most even T/G split (smallest |T - G|), then more T nodes,
+    then the name. No match: refused, listing the NPU counts the shipped layouts have.
+    """
+    def devices(lay: Mapping[str, Any]) -> int:
+        used = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
+        return used * lay["devices_per_node"]
+
+    def mapping(name: str, lay: Mapping[str, Any], rule: str) -> LayoutMapping:
+        nodes = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
+        return LayoutMapping(name, rule, num_npus, lay["device_type"], nodes, lay["devices_per_node"],
+                             lay["train_nodes"], lay["gen_nodes"], lay["infer_instance_size"], hybrid)
+
+    key = "rl_config.actor_resource.num_npus"
+    if requested is not None:
+        if requested not in layouts:
+            raise MindSpeedImportError(f"layout={requested}: no such layout; choose one of {', '.join(sorted(layouts))}")
+        lay = layouts[requested]
+        if devices(lay) != num_npus:
+            used = "nodes" if hybrid else "train_nodes + gen_nodes"
+            raise MindSpeedImportError(
+                f"MindSpeed-RL key {key}={num_npus} does not match layout {requested}, which uses {devices(lay)} "
+                f"devices (({used}) x devices_per_node); set {key}: {devices(lay)} or choose a layout of "
+                f"{num_npus} devices")
+        return mapping(requested, lay, f"the layout you chose ({devices(lay)} devices = num_npus)")
+    candidates = [(name, lay) for name, lay in layouts.items() if lay.get("device_type") == "npu"
+                  and name.endswith("_hybrid") == hybrid and devices(lay) == num_npus]
+    if not candidates:
+        sizes = sorted({devices(lay) for name, lay in layouts.items() if lay.get("device_type") == "npu"
+                        and name.endswith("_hybrid") == hybrid})
+        raise MindSpeedImportError(
+            f"MindSpeed-RL key {key}={num_npus}: no shipped {'hybrid' if hybrid else 'T/G'} NPU layout has "
+            f"{num_npus} NPUs (they have {', '.join(map(str, sizes))}); pass layout=NAME for a layout of "
+            f"{num_npus} devices (write one in configs/layout/ for your cluster) or set {key} to one of those")
+    name, lay = min(candidates, key=lambda c: (abs(c[1]["train_nodes"] - c[1]["gen_nodes"]), -c[1]["train_nodes"],
+                                                c[0]))
+    rule = (f"chosen by the rule: of the shipped NPU layouts with {num_npus} NPUs "
+            f"({', '.join(sorted(n for n, _ in candidates))}), the most even T/G split")
+    return mapping(name, lay, rule)
+
+
+def _user_choice(user_overrides: Sequence[str], key: str) -> Optional[str]:
+    found = None
+    for o in user_overrides:
+        k, sep, v = o.lstrip("+~").partition("=")
+        if sep and k == key:
+            found = v
+    return found
+
+
+def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: Optional[Sequence[str]]) -> None:
+    s = b.seen
+    # Training phase lineage: GRPO / DAPO only.
+    stage = s.get("megatron_training.stage")
+    if stage is not None and stage not in GRPO_STAGES:
+        raise refuse("megatron_training.stage", stage, "this project runs GRPO only",
+                     f"use a GRPO or DAPO job (stage: {' or '.join(GRPO_STAGES)})")
+    # The learning-rate schedule: constant, no warm-up.
+    style = s.get("actor_config.lr_decay_style", s.get("megatron_training.lr_decay_style", "constant"))
+    if style != "constant":
+        raise refuse("actor_config.lr_decay_style", style, "this project's trainer keeps the learning rate constant",
+                     "set lr_decay_style: constant")
+    for key in ("lr_warmup_fraction", "lr_warmup_iters"):
+        for section in ("megatron_training", "actor_config"):
+            value = s.get(f"{section}.{key}")
+            if value is not None and not _same(value, 0):
+                raise refuse(f"{section}.{key}", value, "there is no learning-rate warm-up here", f"set {key}: 0")
+            if value is not None:
+                b.ignore(f"{section}.{key}", "no warm-up (constant learning rate)")
+    for section in ("megatron_training", "actor_config"):
+        for key in ("lr_decay_style", "min_lr"):
+            if f"{section}.{key}" in s:
+                b.ignore(f"{section}.{key}", "constant learning rate (train.lr)")
+    # Clipping: symmetric clip_ratio, or DAPO's clip-higher pair.
+    if s.get("rl_config.clip_higher_enable"):
+        b.set("algo.clip_ratio_low", _number("rl_config.clip_ratio_low", s.get("rl_config.clip_ratio_low", 0.1)))
+        b.set("algo.clip_ratio_high", _number("rl_config.clip_ratio_high", s.get("rl_config.clip_ratio_high", 0.1)))
+        if "rl_config.clip_ratio" in s:
+            b.ignore("rl_config.clip_ratio", "clip_higher_enable: clip_ratio_low / clip_ratio_high apply")
+    else:
+        ratio = _number("rl_config.clip_ratio", s.get("rl_config.clip_ratio", 0.2))
+        b.set("algo.clip_ratio_low", ratio)
+        b.set("algo.clip_ratio_high", ratio)
+        for key in ("clip_ratio_low", "clip_ratio_high", "clip_higher_enable"):
+            if f"rl_config.{key}" in s:
+                b.ignore(f"rl_config.{key}", "clip_higher_enable is off: clip_ratio applies to both sides")
+    # KL: coefficient, estimator, fixed control.
+    ctrl = s.get("rl_config.kl_ctrl_type", "fixed")
+    if ctrl != "fixed":
+        raise refuse("rl_config.kl_ctrl_type", ctrl, "only a fixed KL coefficient is implemented",
+                     "set kl_ctrl_type: fixed")
+    for key in ("kl_horizon", "kl_target"):
+        if f"rl_config.{key}" in s:
+            b.ignore(f"rl_config.{key}", "adaptive KL control is off (kl_ctrl_type: fixed)")
+    penalty = s.get("rl_config.kl_penalty", "low_var_kl")
+    estimators = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
+    if penalty not in estimators:
+        raise refuse("rl_config.kl_penalty", penalty, "this project's KL estimators are kl (k1), mse (k2) and "
+                     "low_var_kl (k3)", "choose one of kl, mse, low_var_kl")
+    b.set("algo.kl_estimator", estimators[penalty])
+    b.set("algo.kl_coef", _number("rl_config.init_kl_coef", s.get("rl_config.init_kl_coef", 0.01)))
+    b.set("algo.scale_advantages", True)
+    token_level = s.get("rl_config.token_level_loss", True)
+    b.set("algo.loss_agg", "token_mean" if token_level else "seq_mean_token_mean")
+    # Rewards: MindSpeed-RL's rule names are this project's registry names.
+    functions = s.get("rl_config.verifier_function", ["base_acc"])
+    weights = s.get("rl_config.verifier_weight", [1.0] * len(functions))
+    if not isinstance(functions, (list, tuple)) or not functions:
+        raise refuse("rl_config.verifier_function", functions, "expected a list of reward names",
+                     "write verifier_function: [NAME, ...]")
+    if not isinstance(weights, (list, tuple)) or len(weights) != len(functions):
+        raise refuse("rl_config.verifier_weight", weights, f"expected {len(functions)} weight(s), one per "
+                     "verifier_function", "give one weight per reward")
+    if reward_names is not None:
+        for name in functions:
+            if ":" not in str(name) and name not in reward_names:
+                raise refuse("rl_config.verifier_function", name, "not a reward this project has",
+                             REWARD_FIX.format(names=", ".join(sorted(reward_names))))
+    b.set("task.verifier_function", [str(f) for f in functions])
+    b.set("task.verifier_weight", [_number("rl_config.verifier_weight", w) for w in weights])
+    # Data: a raw jsonl / parquet file is read by task=dataset; a preprocessed Megatron dataset is not.
+    data = s.get("megatron_training.data_path")
+    user_task = any(o.lstrip("+~").split("=", 1)[0].split(".")[0] == "task" for o in user_overrides)
+    if data is not None:
+        if str(data).endswith((".jsonl", ".parquet", ".json")):
+            b.set("task", "dataset")
+            b.set("task.path", str(data))
+        elif user_task:
+            b.ignore("megatron_training.data_path", "replaced by your task= override")
+        else:
+            raise refuse("megatron_training.data_path", data,
+                         "a preprocessed (Megatron indexed) dataset cannot be read by this project",
+                         "point data_path at the raw .jsonl / .parquet file (task=dataset reads it), or pass "
+                         "task=dataset task.path=FILE (or task=maze) after the YAML")
+    # Precision.
+    dtype = s.get("generate_config.dtype")
+    bf16 = s.get("actor_config.bf16", s.get("megatron_training.bf16"))
+    chosen = dtype or ("bfloat16" if bf16 else None)
+    if dtype and bf16 is not None and (dtype == "bfloat16") != bool(bf16):
+        raise refuse("generate_config.dtype", dtype, "training and generation would use different precisions "
+                     f"(bf16: {bf16})", "make generate_config.dtype and bf16 agree")
+    if chosen:
+        b.set("engine.dtype", chosen)
+        b.set("model.dtype", chosen)
+    for key in ("megatron_training.bf16", "actor_config.bf16"):
+        if key in s:
+            b.ignore(key, f"precision: engine.dtype / model.dtype = {chosen or 'the default'}")
+    # Inference parallelism -> one instance's devices.
+    sampling = s.get("generate_config.sampling_config")
+    if sampling is not None:
+        _run_section(b, "generate_config.sampling_config", sampling, SAMPLING_KEYS)
+    itp = b.values.get("model.infer_tensor_parallel_size", 1)
+    ipp = b.values.get("model.infer_pipeline_parallel_size", 1)
+    iep = b.values.get("model.infer_expert_parallel_size", 1)
+    expert_parallel = s.get("generate_config.enable_expert_parallel")
+    if iep > 1 and expert_parallel is False:
+        raise refuse("generate_config.enable_expert_parallel", False, f"infer_expert_parallel_size={iep} needs "
+                     "expert parallelism", "set enable_expert_parallel: true or infer_expert_parallel_size: 1")
+    if expert_parallel is not None:
+        b.ignore("generate_config.enable_expert_parallel", f"implied by infer_expert_parallel_size={iep}")
+    # vLLM's expert-parallel group is its data x tensor parallel ranks, so an instance spans
+    # max(TP, EP) devices per pipeline stage.
+    b.set("layout.infer_instance_size", ipp * max(itp, iep))
+    b.set("engine.tensor_parallel_size", itp)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_format(v) for v in value) + "]"
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z0-9_./\-]+", text) and text not in ("true", "false", "null"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# Group overrides first (Hydra selects the files, then the keys refine them).
+GROUPS = ("layout", "mode", "engine", "hardware", "task")
+
+
+def merge_overrides(imported: Sequence[str], user: Sequence[str]) -> list[str]:
+    """The imported overrides, then the user's; a key the user sets drops the imported one
+    (Hydra refuses a group chosen twice, and the user's value must win)."""
+    user_keys = {o.lstrip("+~").split("=", 1)[0] for o in user}
+    return [o for o in imported if o.split("=", 1)[0] not in user_keys] + list(user)
+
+
+def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
+               layouts: Mapping[str, Mapping[str, Any]], user_overrides: Sequence[str] = (),
+               reward_names: Optional[Sequence[str]] = None, source: str = "") -> ImportResult:
+    """Map a MindSpeed-RL job (its YAML as a dict) to this project's overrides.
+
+    ``model_group``: the content of ``model/NAME.yaml`` for the job's ``defaults: model``
+    (None when no such file was found: refused). ``layouts``: this project's layout
+    files by name. ``user_overrides``: what the user adds after the YAML; ``layout=``,
+    ``mode=`` and ``task...`` there steer the import (the layout, hybrid or not, the data).
+    ``reward_names``: the reward registry's names (None skips that check).
+    """
+    if not isinstance(job, Mapping):
+        raise MindSpeedImportError(f"a MindSpeed-RL job YAML is a mapping of sections, got {type(job).__name__}")
+    b = _Builder()
+    for section in job:
+        if section in IGNORED_SECTIONS:
+            b.ignore(section, IGNORED_SECTIONS[section])
+        elif section not in SECTIONS:
+            raise MindSpeedImportError(
+                f"MindSpeed-RL section {section} is not one this project can run (it reads "
+                f"{', '.join(SECTIONS)}); delete it" + (" (PPO's critic is not supported: run GRPO)"
+                                                        if section == "critic_config" else ""))
+    for section in ("rl_config", "generate_config"):
+        if section not in job:
+            raise MindSpeedImportError(f"MindSpeed-RL section {section} is missing; a GRPO job has "
+                                       f"{', '.join(SECTIONS[1:])}")
+    name = model_group_name(job)
+    _model_overrides(b, name, model_group)
+    for section in ("megatron_training", "actor_config", "rl_config", "generate_config"):
+        if section in job:
+            _run_section(b, section, job[section], SECTION_KEYS[section])
+    for section in ("megatron_training", "actor_config"):
+        named = b.seen.get(f"{section}.model")
+        if named is not None and named != name:
+            raise refuse(f"{section}.model", named, f"the job's model group is {name!r}",
+                         f"make {section}.model and defaults.model name the same model")
+        if named is not None:
+            b.ignore(f"{section}.model", f"the model group defaults.model={name}")
+    _cross_key_rules(b, user_overrides, reward_names)
+    if "megatron_training.stage" in b.seen:
+        b.ignore("megatron_training.stage", f"{b.seen['megatron_training.stage']}: GRPO (ASP runs GRPO)")
+    # Resources -> layout.
+    resource = b.seen.get("rl_config.actor_resource")
+    if not isinstance(resource, Mapping) or "num_npus" not in resource:
+        raise MindSpeedImportError("MindSpeed-RL key rl_config.actor_resource.num_npus is missing; write "
+                                   "actor_resource: {num_npus: N} with the job's NPU count")
+    for key in resource:
+        if key != "num_npus":
+            raise _unknown_key(f"rl_config.actor_resource.{key}", {"num_npus": note})
+    num_npus = _number("rl_config.actor_resource.num_npus", resource["num_npus"], int)
+    hybrid = _user_choice(user_overrides, "mode") == "hybrid"
+    layout = choose_layout(num_npus, layouts, hybrid, _user_choice(user_overrides, "layout"))
+    instance = b.values["layout.infer_instance_size"]
+    if layout.devices_per_node % instance:
+        raise MindSpeedImportError(
+            f"MindSpeed-RL keys generate_config.infer_tensor_parallel_size x infer_pipeline_parallel_size / "
+            f"infer_expert_parallel_size give an inference instance of {instance} devices, which does not divide "
+            f"the {layout.devices_per_node} devices of a node of layout {layout.name}; choose inference sizes "
+            "whose instance divides a node")
+    layout = LayoutMapping(**{**layout.__dict__, "infer_instance_size": instance})
+    b.ignore("rl_config.actor_resource.num_npus", f"{num_npus} NPUs = layout {layout.name} (see below)")
+    b.set("layout", layout.name)
+    if layout.device_type == "npu":
+        b.set("engine", "mindspeed")
+        b.set("hardware", "ascend910b3")
+    groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
+    keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
+    parallel = {"tp": b.values.get("model.tensor_model_parallel_size", 1),
+                "pp": b.values.get("model.pipeline_model_parallel_size", 1),
+                "ep": b.values.get("model.expert_model_parallel_size", 1),
+                "itp": b.values.get("model.infer_tensor_parallel_size", 1),
+                "ipp": b.values.get("model.infer_pipeline_parallel_size", 1),
+                "iep": b.values.get("model.infer_expert_parallel_size", 1)}
+    return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, parallel)
+
+
+# ---------------------------------------------------------------------------------------
+# The shell: read the YAML, its model group and this project's layouts.
+# ---------------------------------------------------------------------------------------
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MindSpeedImportError(f"MindSpeed-RL job {path}: no such file") from None
+    except yaml.YAMLError as error:
+        raise MindSpeedImportError(f"MindSpeed-RL job {path}: not valid YAML ({error})") from None
+
+
+def shipped_layouts() -> dict[str, dict]:
+    from ...config.load import config_dir
+
+    folder = config_dir() / LAYOUT_GROUP
+    return {p.stem: _read_yaml(p) for p in sorted(folder.glob("*.yaml"))}
+
+
+def reward_registry_names() -> list[str]:
+    from ...tasks.rewards import REGISTRY
+
+    return sorted(REGISTRY)
+
+
+def import_file(path, model_dir=None, user_overrides: Sequence[str] = ()) -> ImportResult:
+    """Read a MindSpeed-RL job YAML and import it (:func:`import_job`). Its model group is
+    ``<model_dir>/NAME.yaml``, by default ``model/NAME.yaml`` beside the job (MindSpeed-RL's
+    own ``configs/`` layout)."""
+    path = Path(path)
+    job = _read_yaml(path)
+    if not isinstance(job, Mapping):
+        raise MindSpeedImportError(f"MindSpeed-RL job {path}: expected a mapping of sections")
+    name = model_group_name(job)
+    folder = Path(model_dir) if model_dir else path.parent / "model"
+    group_file = folder / f"{name}.yaml"
+    group = _read_yaml(group_file) if group_file.is_file() else None
+    return import_job(job, group, shipped_layouts(), user_overrides, reward_registry_names(), source=str(path))
