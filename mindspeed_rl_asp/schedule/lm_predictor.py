@@ -40,11 +40,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config.paths import package_path
 from .observations import observed_lengths
 
 __all__ = ["LMLengthPredictor", "DEFAULT_MODEL_PATH"]
 
-DEFAULT_MODEL_PATH = Path(__file__).resolve().parents[1] / "assets" / "tiny-maze-qwen3"
+# The shipped tiny policy, found in the installed package (importlib.resources).
+DEFAULT_MODEL_PATH = package_path("assets", "tiny-maze-qwen3")
 POOLINGS = ("mean", "last")
 
 
