@@ -19,7 +19,8 @@ SUMMARY = ("Train the policy with asynchronous GRPO (mode=async|hybrid, schedule
            "task (task=maze|dataset|maze_dataset) with model.path any local Qwen2/Qwen3 checkpoint.")
 
 
-def train(cfg, dry_run: bool = False) -> int:
+def train(cfg, dry_run: bool = False, overrides=()) -> int:
+    """``overrides``: the command line's, which a resumed run applies to its saved config."""
     from omegaconf import OmegaConf
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +31,13 @@ def train(cfg, dry_run: bool = False) -> int:
     from ..schedule.configured import configured_task
 
     console = Console()
+    resume = None
+    if cfg.resume:   # the saved config with this command line's overrides, and the checkpoint to start from
+        from ..config.resume import resume_config
+        from ..runtime.checkpoint import find_resume_point
+
+        cfg = resume_config(cfg.resume, overrides)
+        resume = find_resume_point(cfg.resume)
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks)
     # The task first: a bad file, field, row or reward stops here, before the run directory exists.
     # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
@@ -46,6 +54,13 @@ def train(cfg, dry_run: bool = False) -> int:
         console.print(f"task: skipped {len(task.skipped)} prompt(s) longer than rl.max_prompt_length="
                       f"{cfg.rl.max_prompt_length} tokens (first: {task.skipped[0]}); "
                       "task.filter_overlong_prompts=false refuses them instead")
+    if dry_run and resume is not None:
+        control = resume.control
+        console.print(f"resume {cfg.resume} from {resume.path.name}: version {control.version}, "
+                      f"{cfg.steps - control.version} of {cfg.steps} steps left, {len(control.consumed)} prompt "
+                      "groups trained; queued samples are regenerated with the resumed weights")
+        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
+        return 0
     if dry_run:
         from ..runtime.planning import make_control_core, plan_run
 
@@ -62,7 +77,14 @@ def train(cfg, dry_run: bool = False) -> int:
         return 0
     from ..runtime.driver import run_training
 
-    run_dir = make_run_dir(cfg, "train")
+    if resume is None:
+        run_dir = make_run_dir(cfg, "train")
+    else:   # its config.yaml stays as the run began; this segment's goes beside it
+        from pathlib import Path
+
+        run_dir = Path(cfg.run_dir)
+        (run_dir / f"config.resume-{resume.version:06d}.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        console.print(f"resuming from {resume.path} (version {resume.version})")
     epochs = cfg.steps * cfg.rl.global_batch_size / num_prompts
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "
                   f"layout={cfg.layout.name} ({len(placement.generators)} generation actors), "
@@ -71,7 +93,8 @@ def train(cfg, dry_run: bool = False) -> int:
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, console=console) as progress:
-        bar = progress.add_task("training", total=cfg.steps, info="starting actors", unit="steps")
+        bar = progress.add_task("training", total=cfg.steps, completed=resume.version if resume else 0,
+                                info="starting actors", unit="steps")
 
         def on_step(m: dict) -> None:
             progress.update(bar, completed=m["step"] + 1, info=(
@@ -92,6 +115,11 @@ def train(cfg, dry_run: bool = False) -> int:
             progress.update(checking, completed=done, total=total, info=f"sampling {what}")
 
         summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task)
+    if summary.get("interrupted") and summary.get("stage") != "final evaluation":
+        how = (f"resume with `{summary['resume_command']}`" if summary.get("resume_command")
+               else "no checkpoint to resume from (set save_every=K to write them)")
+        console.print(f"interrupted ({summary['signal']}) after {summary['steps']} steps; {how}")
+        return 143 if summary["signal"] == "SIGTERM" else 130
     by_epoch = summary.get("on_policy_correctness_by_epoch", [])
     if len(by_epoch) > 1:
         console.print("on-policy correctness per epoch (the same prompts each epoch): " + "  ".join(
@@ -155,9 +183,18 @@ def main(argv=None) -> int:
     from .common import run_command
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--mindspeed-config" or a.startswith("--mindspeed-config=") for a in argv):
+        from .common import expected_errors
+        from .import_mindspeed import expand_mindspeed_config
+
+        try:  # a MindSpeed-RL job YAML: its overrides first, the user's after them (and winning)
+            argv = expand_mindspeed_config(argv)
+        except expected_errors() as error:
+            print(f"asp-train: error: {error}", file=sys.stderr)
+            return 2
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
-    return run_command("asp-train", SUMMARY, lambda cfg: train(cfg, dry_run), argv)
+    return run_command("asp-train", SUMMARY, lambda cfg: train(cfg, dry_run, argv), argv)
 
 
 if __name__ == "__main__":

@@ -629,7 +629,7 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
     user_task = any(o.lstrip("+~").split("=", 1)[0].split(".")[0] == "task" for o in user_overrides)
     if data is not None:
         if str(data).endswith((".jsonl", ".parquet", ".json")):
-            b.set("task", "dataset")
+            b.set("task", "dataset")   # a task group of the user's (e.g. maze_dataset) replaces it
             b.set("task.path", str(data))
         elif user_task:
             b.ignore("megatron_training.data_path", "replaced by your task= override")
@@ -670,6 +670,32 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
     b.set("engine.tensor_parallel_size", itp)
 
 
+def _queue_rules(b: _Builder, layout: LayoutMapping, user_overrides: Sequence[str],
+                 scheduler_defaults: Mapping[str, Any]) -> None:
+    """Dispatch groups and the Training Queue, which MindSpeed-RL does not have, by the rule
+    of this project's table3 presets: one minibatch per generation instance in a dispatch
+    group, and a queue that holds one step plus one group of the largest minibatches asp
+    may cut, (global_batch_size + group_size x (base_batch_size + slack)) x n samples
+    (hybrid: exactly one step). base_batch_size and slack: yours, else the scheduler's."""
+    if "rl.global_batch_size" not in b.values:
+        raise MindSpeedImportError("MindSpeed-RL key megatron_training.global_batch_size is missing; write the "
+                                   "prompts per iteration, e.g. global_batch_size: 32")
+    b.values.setdefault("rl.n_samples_per_prompt", 1)   # MindSpeed-RL's default
+    gbs, n = b.values["rl.global_batch_size"], b.values["rl.n_samples_per_prompt"]
+    if layout.hybrid:
+        b.set("mode.queue_capacity", gbs * n)
+        return
+
+    def chosen(key: str, fallback: int) -> int:
+        user = _user_choice(user_overrides, f"scheduler.{key}")
+        return int(user) if user is not None else int(scheduler_defaults.get(key, fallback))
+
+    group = chosen("group_size", layout.instances) if _user_choice(user_overrides, "scheduler.group_size") \
+        else layout.instances
+    b.set("scheduler.group_size", group)
+    b.set("mode.queue_capacity", (gbs + group * (chosen("base_batch_size", 4) + chosen("slack", 1))) * n)
+
+
 def _format(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -698,7 +724,8 @@ def merge_overrides(imported: Sequence[str], user: Sequence[str]) -> list[str]:
 
 def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
                layouts: Mapping[str, Mapping[str, Any]], user_overrides: Sequence[str] = (),
-               reward_names: Optional[Sequence[str]] = None, source: str = "") -> ImportResult:
+               reward_names: Optional[Sequence[str]] = None, source: str = "",
+               scheduler_defaults: Optional[Mapping[str, Any]] = None) -> ImportResult:
     """Map a MindSpeed-RL job (its YAML as a dict) to this project's overrides.
 
     ``model_group``: the content of ``model/NAME.yaml`` for the job's ``defaults: model``
@@ -706,6 +733,8 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     files by name. ``user_overrides``: what the user adds after the YAML; ``layout=``,
     ``mode=`` and ``task...`` there steer the import (the layout, hybrid or not, the data).
     ``reward_names``: the reward registry's names (None skips that check).
+    ``scheduler_defaults``: the chosen scheduler file's keys (base_batch_size, slack), for
+    the queue rule of :func:`_queue_rules`.
     """
     if not isinstance(job, Mapping):
         raise MindSpeedImportError(f"a MindSpeed-RL job YAML is a mapping of sections, got {type(job).__name__}")
@@ -756,11 +785,14 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
             f"the {layout.devices_per_node} devices of a node of layout {layout.name}; choose inference sizes "
             "whose instance divides a node")
     layout = LayoutMapping(**{**layout.__dict__, "infer_instance_size": instance})
-    b.ignore("rl_config.actor_resource.num_npus", f"{num_npus} NPUs = layout {layout.name} (see below)")
+    _queue_rules(b, layout, user_overrides, scheduler_defaults or {})
+    b.ignore("rl_config.actor_resource.num_npus", f"{num_npus} devices = layout {layout.name} (see below)")
     b.set("layout", layout.name)
     if layout.device_type == "npu":
+        # MindSpeed-RL's stack on Ascend; versions reach the separate G nodes over HCCL in buckets.
         b.set("engine", "mindspeed")
         b.set("hardware", "ascend910b3")
+        b.set("weights.transport", "collective")
     groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
     keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
     parallel = {"tp": b.values.get("model.tensor_model_parallel_size", 1),
@@ -794,6 +826,13 @@ def shipped_layouts() -> dict[str, dict]:
     return {p.stem: _read_yaml(p) for p in sorted(folder.glob("*.yaml"))}
 
 
+def scheduler_file(name: str) -> dict:
+    from ...config.load import config_dir
+
+    path = config_dir() / "scheduler" / f"{name}.yaml"
+    return _read_yaml(path) if path.is_file() else {}
+
+
 def reward_registry_names() -> list[str]:
     from ...tasks.rewards import REGISTRY
 
@@ -812,4 +851,5 @@ def import_file(path, model_dir=None, user_overrides: Sequence[str] = ()) -> Imp
     folder = Path(model_dir) if model_dir else path.parent / "model"
     group_file = folder / f"{name}.yaml"
     group = _read_yaml(group_file) if group_file.is_file() else None
-    return import_job(job, group, shipped_layouts(), user_overrides, reward_registry_names(), source=str(path))
+    return import_job(job, group, shipped_layouts(), user_overrides, reward_registry_names(), source=str(path),
+                      scheduler_defaults=scheduler_file(_user_choice(user_overrides, "scheduler") or "asp"))
