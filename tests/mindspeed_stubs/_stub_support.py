@@ -1,0 +1,81 @@
+"""Permissive stand-ins for MindSpeed-RL's NPU-only imports (torch_npu, vllm, vllm_ascend,
+mindspeed, torchvision): any attribute or submodule exists and is an inert class, so that
+MindSpeed-RL's modules import on a CPU machine. Nothing here computes anything: code that
+really calls into these stacks (Megatron init, HCCL, vllm-ascend) cannot run here, and is
+not meant to.
+
+Only ever put this directory on ``sys.path`` of a child process (the contract tests do):
+the stub named ``vllm`` would shadow the real vllm of the other tests."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+
+class _StubMeta(type):
+    """A class whose missing attributes are further stub classes (``vllm.config.X.Y``)."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return stub_class(f"{cls.__qualname__}.{name}")
+
+    def __call__(cls, *args, **kwargs):
+        # Used as a decorator (``@stub``): keep the decorated function.
+        if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], type):
+            return args[0]
+        return super().__call__()
+
+    def __iter__(cls):
+        return iter(())
+
+    def __bool__(cls):
+        return False
+
+
+def stub_class(name: str) -> type:
+    return _StubMeta(name.rsplit(".", 1)[-1], (), {"__qualname__": name, "__init__": lambda self, *a, **k: None,
+                                                     "__getattr__": lambda self, n: stub_class(f"{name}.{n}")})
+
+
+class StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = stub_class(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves every submodule of the stubbed roots (``vllm.v1.engine.core`` ...)."""
+
+    def __init__(self):
+        self.roots: set[str] = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in self.roots and "." in fullname:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+_FINDER = _StubFinder()
+
+
+def make_stub(module_globals: dict) -> None:
+    """Turn the calling package (``torch_npu/__init__.py`` ...) into a permissive stub."""
+    name = module_globals["__name__"]
+    sys.modules[name].__class__ = StubModule
+    _FINDER.roots.add(name)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)

@@ -1,0 +1,5 @@
+"""Stub of vllm for MindSpeed-RL contract tests (see _stub_support.py)."""
+from _stub_support import make_stub
+
+make_stub(globals())
+__version__ = "0.0.0+stub"
