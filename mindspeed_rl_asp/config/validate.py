@@ -9,7 +9,7 @@ from typing import Any
 
 from ..control.core import AT_FINISH, REFRESH_POLICIES
 from .paths import locate, missing_checkpoint_parts
-from .schema import (DEVICE_TYPES, ENGINES, MODES, PREDICTORS, SCHEDULERS, TASKS, WEIGHT_TRANSPORTS,
+from .schema import (DEVICE_TYPES, ENGINES, MODES, PREDICTORS, REFITS, SCHEDULERS, TASKS, WEIGHT_TRANSPORTS,
                      training_devices)
 
 
@@ -160,6 +160,26 @@ def predictor_problems(sched) -> list[str]:
     return p
 
 
+def refit_problems(cfg) -> list[str]:
+    """``scheduler.refit`` (runtime/replan.py): a known rule, a usable weight, and a plan
+    that a refit can change."""
+    sched = cfg.scheduler
+    p: list[str] = []
+    refit = getattr(sched, "refit", "none")
+    _choice(p, "scheduler.refit", refit, REFITS)
+    weight = getattr(sched, "refit_weight", 4.0)
+    if not weight > 0:
+        p.append(f"scheduler.refit_weight={weight} must be > 0: the plan's prediction counts as that many "
+                 "observed samples")
+    if refit != "none" and sched.name == "fifo":
+        p.append(f"scheduler.refit={refit} re-plans by length, but scheduler=fifo reads no lengths; "
+                 "use scheduler=asp or sorted, or scheduler.refit=none")
+    if refit != "none" and cfg.mode.max_staleness == 0:
+        p.append(f"scheduler.refit={refit} is not supported with mode.max_staleness=0 (hybrid): that plan is "
+                 "cut step by step across epochs; set scheduler.refit=none")
+    return p
+
+
 def sampling_problems(cfg) -> list[str]:
     p: list[str] = []
     sc = cfg.generate.sampling_config
@@ -300,6 +320,7 @@ def validate_config(cfg, training: bool = True) -> None:
     if not problems:
         problems += parallel_problems(cfg.model, cfg.layout, cfg.mode.name)
     problems += batch_problems(cfg, training)
+    problems += refit_problems(cfg)
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
@@ -324,6 +345,6 @@ def resolve_model_path(path: str) -> Path:
         raise ConfigError(f"model.path={path!r}: no checkpoint there (no such directory); {fix}")
     missing = missing_checkpoint_parts(candidate)
     if missing:
-        raise ConfigError(f"model.path={path!r}: no checkpoint there: the directory {candidate} has no "
-                          f"{' and no '.join(missing)}; {fix}")
+        raise ConfigError(f"model.path={path!r}: no checkpoint there: the directory {candidate} lacks "
+                          f"{' and '.join(missing)}; {fix}")
     return candidate

@@ -35,8 +35,8 @@ def read_rows(path: str, key: str = "task.path"):
     builder = FORMATS.get(file.suffix.lower())
     if builder is None:
         raise TaskError(f"{key}={path!r}: unknown file type {file.suffix!r}; use one of {', '.join(FORMATS)}")
-    if file.stat().st_size == 0:
-        raise TaskError(f"{key}={path!r}: the file is empty")
+    if file.stat().st_size == 0 or (builder == "json" and _only_whitespace(file)):
+        raise TaskError(f"{key}={path!r}: the file is empty" + (" (blank lines only)" if file.stat().st_size else ""))
     import datasets
 
     datasets.disable_progress_bars()
@@ -49,6 +49,16 @@ def read_rows(path: str, key: str = "task.path"):
     if len(rows) == 0:
         raise TaskError(f"{key}={path!r}: the file has no rows")
     return rows
+
+
+def _only_whitespace(file: Path, chunk: int = 1 << 16) -> bool:
+    """True when a text file holds nothing but whitespace (``datasets`` then reports "no
+    data" for its split, which does not say what is wrong with the file)."""
+    with file.open("rb") as handle:
+        while block := handle.read(chunk):
+            if block.strip():
+                return False
+    return True
 
 
 def _check_fields(rows, path: str, keys: dict[str, str]) -> None:
@@ -114,6 +124,8 @@ def load_prompts(task_cfg, tokenizer, max_prompt_length: Optional[int], path: st
     prompts, texts, seen = [], [], {}
     for index, row in enumerate(rows):
         where = f"row {index} of {path}"
+        if row[task_cfg.prompt_key] is None:  # the field is in other rows (datasets fills the gap with null)
+            raise TaskError(f"{where}: task.prompt_key={task_cfg.prompt_key!r} is missing or null in this row")
         messages, question = _messages(row[task_cfg.prompt_key], task_cfg.system_prompt, where)
         if task_cfg.id_key:
             if row[task_cfg.id_key] is None:
