@@ -37,12 +37,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_modes import log, run_one  # noqa: E402  (one runner and log line for every real-run benchmark)
 
 SCHEDULERS = {"fifo": ["scheduler=fifo", "scheduler.slack=0"], "asp": ["scheduler=asp"]}
-
-
-def log(msg: str) -> None:
-    print(f"[{Path(sys.argv[0]).stem} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def analyse(run_dir: Path) -> dict:
@@ -70,18 +69,6 @@ def analyse(run_dir: Path) -> dict:
         "duration_cv": statistics.pstdev(durations) / mean if mean else 0.0,
         "duration_max_min": max(durations) / min(durations) if durations and min(durations) > 0 else float("nan"),
     }
-
-
-def run_one(overrides: list[str], root: Path, tag: str) -> Path:
-    from mindspeed_rl_asp.config.load import load_config, make_run_dir
-    from mindspeed_rl_asp.runtime.driver import run_training
-
-    cfg = load_config(overrides + [f"run_dir={root / tag}"])
-    run_dir = make_run_dir(cfg, "bench")
-    t0 = time.time()
-    summary = run_training(cfg, run_dir)
-    log(f"  {tag}: wall {summary['wall_time_s']:.1f} s, with start-up {time.time() - t0:.1f} s")
-    return run_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_modes import run_one  # noqa: E402  (the runner every real-run benchmark shares)
 
 RUNS = [
     ("fifo", ["scheduler=fifo", "scheduler.slack=0"]),
@@ -92,18 +95,6 @@ def analyse(run_dir: Path) -> dict:
     if report.is_file():
         out["predictor"] = json.loads(report.read_text())
     return out
-
-
-def run_one(overrides: list[str], root: Path, tag: str) -> Path:
-    from mindspeed_rl_asp.config.load import load_config, make_run_dir
-    from mindspeed_rl_asp.runtime.driver import run_training
-
-    cfg = load_config(overrides + [f"run_dir={root / tag}"])
-    run_dir = make_run_dir(cfg, "bench")
-    t0 = time.time()
-    summary = run_training(cfg, run_dir)
-    log(f"  {tag}: wall {summary['wall_time_s']:.1f} s, with start-up, profile and fit {time.time() - t0:.1f} s")
-    return run_dir
 
 
 def score_on_rest(common: list[str], runs: dict[str, Path], samples: int) -> dict[str, dict]:
@@ -199,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for tag, overrides in runs:
                     log(f"run {tag}")
-                    dirs[tag] = run_one(common + overrides, root, tag)
+                    dirs[tag] = run_one(common + overrides, root, tag, before_training="start-up, profile and fit")
             finally:
                 ray.shutdown()
         results = {tag: analyse(d) for tag, d in dirs.items()}
