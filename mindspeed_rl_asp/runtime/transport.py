@@ -53,9 +53,13 @@ class ObjectStoreTransport:
     def __init__(self, trainers: list, generators: list):
         self.trainers, self.generators = trainers, generators
 
+    def export_args(self, version: int, kept: list[int]) -> tuple:
+        """What every trainer rank's ``export_weights`` is called with for ``version``."""
+        return ()
+
     def publish(self, version: int, kept: list[int]):
         """(primary ref: rank 0's export, the other ranks' refs)."""
-        refs = [t.export_weights.remote() for t in self.trainers]
+        refs = [t.export_weights.remote(*self.export_args(version, kept)) for t in self.trainers]
         return refs[0], refs[1:]
 
     def published(self, version: int, ref) -> Any:
@@ -77,16 +81,10 @@ class ObjectStoreTransport:
     def published_done(self, version: int, handle) -> None: ...
 
 
-class FilesTransport(ObjectStoreTransport):
-    name = "files"
-
-    def __init__(self, trainers: list, generators: list, root: str):
-        super().__init__(trainers, generators)
-        self.root = str(Path(root).resolve())
-
-    def publish(self, version: int, kept: list[int]):
-        refs = [t.export_weights.remote("files", self.root) for t in self.trainers]
-        return refs[0], refs[1:]
+class _FetchedHandleTransport(ObjectStoreTransport):
+    """A transport whose publish returns a small handle (a directory, a kept buffer's
+    description) rather than the snapshot: the driver fetches it, so a failed export
+    shows at the publish."""
 
     def published(self, version: int, ref) -> Any:
         import ray
@@ -96,6 +94,17 @@ class FilesTransport(ObjectStoreTransport):
     @property
     def fetch_publish(self) -> bool:
         return True
+
+
+class FilesTransport(_FetchedHandleTransport):
+    name = "files"
+
+    def __init__(self, trainers: list, generators: list, root: str):
+        super().__init__(trainers, generators)
+        self.root = str(Path(root).resolve())
+
+    def export_args(self, version: int, kept: list[int]) -> tuple:
+        return ("files", self.root)
 
     def dropped(self, versions: list[int]) -> None:
         from ..weights.store import version_dir
@@ -121,7 +130,7 @@ class _ActorLink:
     pinned: dict[int, int] = field(default_factory=dict)            # seq -> loads waiting on it
 
 
-class CollectiveTransport(ObjectStoreTransport):
+class CollectiveTransport(_FetchedHandleTransport):
     name = "collective"
 
     def __init__(self, trainers: list, generators: list, prefetch: bool = True, max_in_flight: int = 2):
@@ -131,18 +140,9 @@ class CollectiveTransport(ObjectStoreTransport):
         self.links = [_ActorLink() for _ in generators]
         self._loading: dict[tuple[int, int], int] = {}   # (actor, version) -> seq of its transfer
 
-    def publish(self, version: int, kept: list[int]):
-        refs = [t.export_weights.remote("collective", sorted(set(kept) | {version})) for t in self.trainers]
-        return refs[0], refs[1:]
-
-    def published(self, version: int, ref) -> Any:
-        import ray
-
-        return ray.get(ref)
-
-    @property
-    def fetch_publish(self) -> bool:
-        return True
+    def export_args(self, version: int, kept: list[int]) -> tuple:
+        # Rank 0 keeps the buffers of every version a load may still name.
+        return ("collective", sorted(set(kept) | {version}))
 
     def published_done(self, version: int, handle) -> None:
         """After the store published ``version``: start the prefetch to every actor."""
