@@ -120,6 +120,9 @@ def test_ctrl_c_stops_cleanly(ray_cluster, tmp_path, capsys):
     # run cannot finish before the signal lands.
     rc = main([*SMALL, "steps=200", "task.num_prompts=40", f"run_dir={run_dir}"])
     assert rc == 130
-    assert "interrupted" in capsys.readouterr().err
+    assert "interrupted (SIGINT)" in capsys.readouterr().out
     assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.jsonl").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["interrupted"] and summary["signal"] == "SIGINT" and summary["checkpoint"] is None
+    assert summary["steps"] >= 1 and len(summary["consumed_prompt_ids"]) == 4 * summary["steps"]
     assert all(pg["state"] == "REMOVED" for pg in ray_cluster.util.placement_group_table().values())

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
-from .core import Action, ControlCore, Finish, Generate, LoadWeights, Publish, TrainStep
+from .core import Action, AwaitActor, ControlCore, Finish, Generate, LoadWeights, Publish, TrainStep
 
 __all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Fanout", "Outcome", "Loop", "drive",
            "apply_event", "TrainerFailed", "ControlDeadlock"]
@@ -38,11 +38,14 @@ class Done:
 
 @dataclass(frozen=True)
 class Failed:
-    """``action`` failed (its partial output, if any, is dropped); ``error`` says why."""
+    """``action`` failed (its partial output, if any, is dropped); ``error`` says why.
+    ``lost``: the actor's process died (killed, out of memory), as opposed to an error
+    raised in it; for ``AwaitActor`` a failure always means the actor is gone for good."""
 
     action: Action
     error: str
     info: Any = None
+    lost: bool = False
 
 
 Event = Union[Done, Failed]
@@ -124,10 +127,20 @@ class Outcome:
 
 def apply_event(core: ControlCore, event: Event) -> None:
     """Report ``event`` to the core. A failed generation is re-dispatched by the core; a
-    failed load is retried; a failed train step or publish raises ``TrainerFailed``."""
+    failed load is retried; a generation or load whose actor died (``Failed.lost``) marks
+    the actor lost (restarting); ``AwaitActor`` done (``info``: the version the restarted
+    actor holds) brings it back, failed retires it; a failed train step or publish raises
+    ``TrainerFailed``."""
     a = event.action
     ok = isinstance(event, Done)
-    if isinstance(a, Generate):
+    if isinstance(a, (Generate, LoadWeights)) and not ok and event.lost:
+        core.on_actor_lost(a.actor)
+    elif isinstance(a, AwaitActor):
+        if ok:
+            core.on_actor_restarted(a.actor, event.info)
+        else:
+            core.on_actor_retired(a.actor)
+    elif isinstance(a, Generate):
         (core.on_generated if ok else core.on_minibatch_failed)(a.actor, a.minibatch_id)
     elif isinstance(a, LoadWeights):
         (core.on_weights_loaded if ok else core.on_load_failed)(a.actor, a.version)
@@ -170,17 +183,26 @@ class Loop:
         self._deliver(cluster.next_event())
         return True
 
-    def interrupt(self) -> Outcome:
-        """Stop before Finish (Ctrl-C, SIGTERM): work in flight is cancelled."""
+    def interrupt(self, finish_training: bool = False) -> Outcome:
+        """Stop before Finish (Ctrl-C, SIGTERM): work in flight is cancelled. With
+        ``finish_training`` a train step or publish in flight is waited for instead (the
+        rest is cancelled first), so that the trainer's state is the core's count of
+        trained steps, as a checkpoint taken next needs."""
+        trainer_work = (TrainStep, Publish)
+        if finish_training:
+            self._cancel(keep=trainer_work)
+            while any(isinstance(a, trainer_work) for a in self.core.in_flight()):
+                self._deliver(self.cluster.next_event())
         leftover = self._cancel()
         self.outcome = Outcome(None, "cancel", leftover, self.events, self.cluster.now(), interrupted=True)
         self.observer.finished(self.outcome, self.core, self.outcome.end_time)
         return self.outcome
 
-    def _cancel(self) -> tuple[Action, ...]:
-        """Cancel everything in flight on the cluster, and tell the core it ended unused
-        (a cancelled generation counts as failed: its prompts are pending again, never lost)."""
-        leftover = tuple(self.core.in_flight())
+    def _cancel(self, keep: tuple[type, ...] = ()) -> tuple[Action, ...]:
+        """Cancel everything in flight on the cluster (but actions of the types ``keep``),
+        and tell the core it ended unused (a cancelled generation counts as failed: its
+        prompts are pending again, never lost)."""
+        leftover = tuple(a for a in self.core.in_flight() if not isinstance(a, keep))
         self.cluster.cancel(leftover)
         for action in leftover:
             if isinstance(action, (Generate, LoadWeights)):

@@ -316,6 +316,20 @@ class HFTrainingEngine:
         self.model.save_pretrained(str(path), safe_serialization=True)
         self.tokenizer.save_pretrained(str(path))
 
+    def optimizer_state(self) -> dict | None:
+        """AdamW's state keyed by parameter name (torch.distributed.checkpoint's full form),
+        so that a checkpoint loads into any number of ranks; None on ranks other than 0."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(self.model, self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def load_optimizer_state(self, state: dict | None) -> None:
+        """Restore :meth:`optimizer_state` (the weights are loaded with the model)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+
 
 def nll_loss(values, mask, batch: TrainBatch, index) -> tuple:
     """Supervised fine-tuning: mean negative log-likelihood of the response tokens."""

@@ -175,6 +175,22 @@ class HFShardedTrainingEngine(HFTrainingEngine):
         state = self.full_state_dict()
         return None if state is None else WeightSnapshot(version=self.version, tensors=state)
 
+    def optimizer_state(self) -> dict | None:
+        """The full (unsharded) AdamW state keyed by parameter name, on rank 0 (None on the
+        others); every rank must call it (it gathers)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(self.model, self.optimizer,
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if self.rank == 0 else None
+
+    def load_optimizer_state(self, state: dict | None) -> None:
+        """Rank 0 passes the full state, the others None: it is broadcast and resharded."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state if self.rank == 0 else {},
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
     def save(self, path) -> None:
         """Rank 0 writes the Hugging Face checkpoint; every rank must call it."""
         state = self.full_state_dict()

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +36,10 @@ def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
            # Snapshots are fresh copies nobody mutates, so Ray may hand tensors over without
            # another copy (measured: publish + load about 35% faster, docs/benchmarks.md).
            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+    if resource == "NPU":  # MindSpeed-RL's Ascend environment, and only the slot's own NPUs visible
+        from .placement import npu_actor_env
+
+        env.update(npu_actor_env(slot, os.environ))
     options["runtime_env"] = {"env_vars": env}
     return options
 
@@ -52,6 +60,17 @@ def ensure_ray(layout) -> bool:
     return True
 
 
+def launched_by_asp_launch() -> bool:
+    """Whether the Ray cluster is one that ``asp-launch`` brought up (its nodes carry the
+    ``asp_node_<k>`` markers): then bundles are pinned to nodes and rendezvous use the
+    nodes' addresses; else (a local cluster, started here or joined by RAY_ADDRESS) all is local."""
+    import ray
+
+    from .placement import node_resource
+
+    return node_resource(0) in ray.cluster_resources()
+
+
 def task_config_for_actors(cfg) -> dict:
     """The task config as the actors get it: file paths made absolute (an actor's working
     directory need not be the driver's)."""
@@ -60,6 +79,29 @@ def task_config_for_actors(cfg) -> dict:
         if task_cfg.get(key):
             task_cfg[key] = str(Path(task_cfg[key]).resolve())
     return task_cfg
+
+
+@contextmanager
+def interrupt_signals():
+    """SIGTERM (what cluster schedulers send before they kill a job) and SIGINT both raise
+    KeyboardInterrupt in the driver, so a run stops the same way for either; yields the
+    list of signal names received. Installed after ``ray.init``, whose own SIGTERM handler
+    would end the driver with a stack dump; the previous handlers are put back after."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
@@ -74,12 +116,16 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
     collective weight transfer stops after that many buckets) are fault-injection seams
-    for tests."""
+    for tests.
+
+    ``cfg.resume`` (= ``run_dir``): continue from the run's newest checkpoint
+    (``runtime/checkpoint.py``). ``cfg.save_every``: checkpoint every that many versions.
+    Ctrl-C or SIGTERM: generation stops, a step in training finishes, a checkpoint is
+    written (with ``save_every``) and the summary says ``interrupted``."""
     import ray
 
-    from ..config.validate import resolve_model_path
+    from ..config.validate import ConfigError, resolve_model_path
     from ..control.core import is_colocated
-    from ..control.loop import drive
     from ..policy.tokenizer import load_tokenizer
     from ..schedule.configured import configured_task
     from ..tasks import base_prompt_id
@@ -89,8 +135,12 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .ray_cluster import RayCluster
     from .placement import plan_placement
     from .recorder import RunRecorder
+    from .replan import make_epoch_observer
     from .training_unit import TrainingWorker
     from .transport import make_transport, remote_class
+    from .checkpoint import (ControlState, Checkpointer, checkpoints_dir, find_resume_point, latest_checkpoint,
+                             merge_histograms, remaining_minibatches, set_aside_metrics_after, sweep_partials)
+    from ..control.loop import Fanout, Loop
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
@@ -98,83 +148,134 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     task = task if task is not None else configured_task(cfg, tokenizer, training=True)
     prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
-    plan.save(run_dir / "plan.json")
+    resume = find_resume_point(run_dir) if cfg.resume else None
+    if resume is None:
+        plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
+        plan.save(run_dir / "plan.json")
+        prior = ControlState(0, [], [], epochs, cfg.steps)
+        weights_path = model_path
+    else:   # the saved dispatch list minus what was trained; versions continue from the saved one
+        prior = resume.control
+        if prior.version >= cfg.steps:
+            raise ConfigError(f"resume={cfg.resume!r}: the run already trained all steps={cfg.steps} "
+                              f"(checkpoint {resume.path.name}); nothing to resume")
+        sweep_partials(checkpoints_dir(run_dir))
+        set_aside_metrics_after(run_dir, prior.version)
+        epochs, minibatches = prior.epochs, remaining_minibatches(prior.minibatches, prior.consumed)
+        weights_path = str(resume.policy)
+    offset = prior.version
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
-    multi_node = bool(os.environ.get("RAY_ADDRESS"))
-    placement = plan_placement(layout, cfg.mode.name, pin_nodes=multi_node, ranks=cfg.train.ranks)
-    (run_dir / "placement.txt").write_text(placement.describe() + "\n")
-    core = make_control_core(cfg, minibatches, len(placement.generators))
+    placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks)
+    core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset)
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
     started_ray = ensure_ray(layout)
-    recorder = pg = None
-    try:
-        pg = placement_group(list(placement.bundles), strategy="PACK")
-        ray.get(pg.ready())
-        threads = cfg.engine.num_threads
-        engine_cfg = OmegaConf.to_container(cfg.engine)
-        sampling = OmegaConf.to_container(cfg.generate.sampling_config)
-        transport_name, num_gen = cfg.weights.transport, len(placement.generators)
-        gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
-        generators = [
-            gen_cls.options(**_ray_options(pg, slot, placement.resource, threads)).remote(
-                slot.index, engine_cfg, model_path, sampling, cfg.rl.n_samples_per_prompt)
-            for slot in placement.generators
-        ]
-        # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
-        trainers = [
-            remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
-                **_ray_options(pg, slot, placement.resource, threads)).remote(
-                engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
-                OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
-                cfg.generate.sampling_config.temperature, tuple(task.import_roots()))
-            for slot in placement.trainers
-        ]
-        trainer = trainers[0]
-        ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
-        connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
-        transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
-                                   local=not multi_node)
-        if fail_actor_once is not None:
-            ray.get(generators[fail_actor_once].inject_failure.remote())
-        if fail_trainer_at_step is not None:
-            ray.get([t.inject_failure.remote(fail_trainer_at_step) for t in trainers])
-        if fail_transfer_once is not None:
-            ray.get(trainer.inject_transfer_failure.remote(fail_transfer_once))
+    resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": offset}
+    task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
+                    "correctness_reward": task.rewards.correctness.name,
+                    "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
+    with interrupt_signals() as received:
+        recorder = pg = loop = None
+        try:
+            multi_node = launched_by_asp_launch()
+            if multi_node:   # bundle k on the machine started as layout node k
+                placement = plan_placement(layout, cfg.mode.name, pin_nodes=True, ranks=cfg.train.ranks)
+            (run_dir / "placement.txt").write_text(placement.describe() + "\n")
+            pg = placement_group(list(placement.bundles), strategy="PACK")
+            ray.get(pg.ready())
+            threads = cfg.engine.num_threads
+            engine_cfg = OmegaConf.to_container(cfg.engine)
+            sampling = OmegaConf.to_container(cfg.generate.sampling_config)
+            transport_name, num_gen = cfg.weights.transport, len(placement.generators)
+            gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
+            generators = [
+                gen_cls.options(**_ray_options(pg, slot, placement.resource, threads)).remote(
+                    slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt)
+                for slot in placement.generators
+            ]
+            # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
+            trainers = [
+                remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
+                    **_ray_options(pg, slot, placement.resource, threads)).remote(
+                    engine_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+                    OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
+                    cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
+                for slot in placement.trainers
+            ]
+            trainer = trainers[0]
+            ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
+            connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
+            if resume is not None:
+                ray.get([t.load_checkpoint.remote(str(resume.path)) for t in trainers])
+            transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
+                                       local=not multi_node)
+            if fail_actor_once is not None:
+                ray.get(generators[fail_actor_once].inject_failure.remote())
+            if fail_trainer_at_step is not None:
+                ray.get([t.inject_failure.remote(fail_trainer_at_step) for t in trainers])
+            if fail_transfer_once is not None:
+                ray.get(trainer.inject_transfer_failure.remote(fail_transfer_once))
 
-        cluster = RayCluster(generators, trainers, prompt_tokens, cfg.seed, transport)
-        start = cluster.now()
-        recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
-                               if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
-                               engine=cfg.engine)
-        outcome = drive(core, cluster, recorder)
-        finish = outcome.finish
-        wall_time = cluster.now() - start
-        final_path = run_dir / "final_policy"
-        if cfg.eval.save_final_policy or cfg.eval.num_prompts:
-            ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
-        summary = {
-            "steps": finish.steps, "wall_time_s": wall_time, "epochs": epochs,
-            "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
-                               "running": len(finish.running)},
-            "at_finish": outcome.summary(),
-            "policy_age_histogram": {str(k): v for k, v in core.snapshot().age_histogram.items()},
-            "generation_failures": recorder.failures,
-            "consumed_prompt_ids": core.consumed_ids(),
-            "task": {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
-                     "correctness_reward": task.rewards.correctness.name,
-                     "integrity_reward": task.rewards.integrity.name,
-                     "skipped_overlong_prompts": len(task.skipped)},
-        }
-    finally:
-        if recorder is not None:
-            recorder.close()
-        if pg is not None:
-            remove_placement_group(pg)  # the actors in it go with it
-        if started_ray:
-            ray.shutdown()
+            # A resumed segment samples afresh (its versions restart at 0 inside the core).
+            seed = cfg.seed if offset == 0 else zlib.crc32(f"{cfg.seed}/resume/{offset}".encode())
+            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport)
+            start = cluster.now()
+            recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
+                                   if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
+                                   engine=cfg.engine, step_offset=offset, elapsed_offset=prior.wall_time_s)
+            checkpointer = Checkpointer(run_dir, cfg.save_every, cfg.keep_checkpoints, prior, start,
+                                        lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]))
+            # Per-epoch rank quality and bubbles; with scheduler.refit, re-plans later epochs.
+            replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
+            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer))
+            while loop.advance():
+                pass
+            outcome = loop.outcome
+            finish = outcome.finish
+            wall_time = cluster.now() - start + prior.wall_time_s
+            summary = {
+                "steps": core.trainer_version + offset, "wall_time_s": wall_time, "epochs": epochs,
+                "at_finish": outcome.summary(),
+                "policy_age_histogram": merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
+                "generation_failures": prior.generation_failures + recorder.failures,
+                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
+                "resumed_from": resumed_from,
+                "checkpoint": checkpointer.last_path and str(checkpointer.last_path),
+                "task": task_summary,
+                "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
+                                   "running": len(finish.running)},
+            }
+            final_path = run_dir / "final_policy"
+            if cfg.eval.save_final_policy or cfg.eval.num_prompts:
+                ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
+        except KeyboardInterrupt:   # Ctrl-C or SIGTERM (interrupt_signals)
+            if loop is not None and loop.outcome is None:
+                try:   # stop generating, let a step in training finish, then checkpoint it
+                    loop.interrupt(finish_training=True)
+                    if cfg.save_every:
+                        checkpointer.save(core, cluster.now())
+                except KeyboardInterrupt:   # a second signal: stop at once (the last checkpoint stays)
+                    pass
+            latest = latest_checkpoint(run_dir)
+            summary = {
+                "interrupted": True, "signal": received[0] if received else "SIGINT",
+                "stage": "training" if loop is not None else "starting actors",
+                "steps": core.trainer_version + offset, "epochs": epochs,
+                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
+                "resumed_from": resumed_from, "task": task_summary,
+                "checkpoint": latest and str(latest),
+                "resume_command": f"asp-train resume={run_dir}" if latest else None,
+            }
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            return summary
+        finally:
+            if recorder is not None:
+                recorder.close()
+            if pg is not None:
+                remove_placement_group(pg)  # the actors in it go with it
+            if started_ray:
+                ray.shutdown()
     from ..metrics.report import epoch_means, is_complete
     from ..metrics.writer import read_metrics
 
@@ -182,10 +283,14 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     summary["on_policy_correctness_by_epoch"] = [
         {"epoch": e, "correctness": m, "samples": n, "complete": c}
         for (e, m, n), c in zip(by_epoch, is_complete(by_epoch))]
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")   # training is done
     if cfg.eval.num_prompts:
         by_id = {p.id: p for p in prompts}
         trained = [by_id[i] for i in dict.fromkeys(base_prompt_id(i) for i in summary["consumed_prompt_ids"])]
-        summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval, task))
+        try:
+            summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval, task))
+        except KeyboardInterrupt:   # the training and its final policy are kept; only the check is cut
+            summary.update(interrupted=True, stage="final evaluation")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

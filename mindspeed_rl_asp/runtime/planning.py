@@ -62,14 +62,15 @@ def plan_run(cfg, prompts, run_dir=None, log=None):
     return plan, epochs, minibatches
 
 
-def make_control_core(cfg, minibatches, num_actors: int):
-    """The pure control core for this plan; a plan the control rules cannot run (for
-    example hybrid mode with minibatches that straddle step boundaries) is a config error."""
+def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None):
+    """The pure control core for this plan (``total_steps``: default ``cfg.steps``; a
+    resumed run: the steps left); a plan the control rules cannot run (for example hybrid
+    mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
 
     try:
-        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors), minibatches)
+        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps), minibatches)
     except ValueError as error:
         raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
                           f"{error}") from None

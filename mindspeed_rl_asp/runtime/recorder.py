@@ -32,9 +32,13 @@ from ..metrics.writer import MetricsWriter
 
 class RunRecorder(Observer):
     def __init__(self, run_dir: Path, num_actors: int, gen_devices: int, on_step: Callable[[dict], None] | None = None,
-                 tensorboard: bool = True, start: float = 0.0, engine=None):
+                 tensorboard: bool = True, start: float = 0.0, engine=None, step_offset: int = 0,
+                 elapsed_offset: float = 0.0):
         """``engine``: the engine config (``cfg.engine``); its ``batching`` (static or
-        continuous) and ``max_num_seqs`` decide ``slot_bubble`` (default: static)."""
+        continuous) and ``max_num_seqs`` decide ``slot_bubble`` (default: static).
+        ``step_offset`` / ``elapsed_offset``: a resumed run's steps (and versions) and
+        seconds before this segment, added to what is written (the core counts from 0)."""
+        self.step_offset, self.elapsed_offset = step_offset, elapsed_offset
         self.run_dir = Path(run_dir)
         engine = engine if engine is not None else {}
         self.batching = str(engine.get("batching", "static") or "static")
@@ -94,7 +98,7 @@ class RunRecorder(Observer):
         use = slot_use(report.lengths, capacity)
         self._window_tokens += report.num_tokens
         self._add(Span(f"gen-{report.actor}", "generate", report.start, report.end, report.minibatch_id,
-                       {"version": report.version, "prompts": prompts, "tokens": report.num_tokens,
+                       {"version": report.version + self.step_offset, "prompts": prompts, "tokens": report.num_tokens,
                         "max_length": max(report.lengths, default=0), "rows": len(report.lengths),
                         "capacity": capacity, "steps": use.steps, "tail_steps": use.tail_steps}))
 
@@ -108,7 +112,8 @@ class RunRecorder(Observer):
         for key in ("transport", "bytes", "wait_s", "swap_s", "transfer_s"):
             if getattr(report, key, None):
                 meta[key] = getattr(report, key)
-        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end, f"v{report.version}", meta))
+        self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end,
+                       f"v{report.version + self.step_offset}", meta))
 
     def failure(self, action, start: float, end: float, error: str) -> None:
         self.failures += 1
@@ -117,7 +122,7 @@ class RunRecorder(Observer):
 
     def load_failure(self, action, start: float, end: float, error: str) -> None:
         self.load_failures += 1
-        self._add(Span(f"gen-{action.actor}", "load_failed", start, end, f"v{action.version}",
+        self._add(Span(f"gen-{action.actor}", "load_failed", start, end, f"v{action.version + self.step_offset}",
                        {"error": _first_line(error)}))
 
     def queue_sample(self, snap, t: float) -> None:
@@ -130,15 +135,16 @@ class RunRecorder(Observer):
     def stepped(self, report, publish_start: float, publish_end: float, snap) -> dict:
         """Close the window of training step ``report.step`` and write its metrics."""
         now = publish_end
-        self._add(Span("train", "train", report.start, report.end, f"step {report.step}"))
-        self._add(Span("train", "publish", publish_start, publish_end, f"v{report.version}"))
+        step, version = report.step + self.step_offset, report.version + self.step_offset
+        self._add(Span("train", "train", report.start, report.end, f"step {step}"))
+        self._add(Span("train", "publish", publish_start, publish_end, f"v{version}"))
         window = [s for s in self.spans if s.end > self.window_start]
         tokens = self._window_tokens  # of the minibatches that finished in the window
         elapsed = now - self.window_start
         loads = self._window_refresh_s
         queued = [r["queued"] for r in self._queue_rows]
         metrics = {
-            "elapsed_s": now - self.start,
+            "elapsed_s": now - self.start + self.elapsed_offset,
             "iteration_time_s": elapsed,
             "train_time_s": report.end - report.start,
             "publish_time_s": publish_end - publish_start,
@@ -158,14 +164,14 @@ class RunRecorder(Observer):
             "load_failures": self.load_failures,
             **report.metrics,
         }
-        self.writer.write(report.step, metrics)
+        self.writer.write(step, metrics)
         self.window_start = now
         self._window_lengths, self._window_tokens, self._window_refresh_s = [], 0, []
         self._window_capacity = []
         self._queue_rows = []
         self.spans = [s for s in self.spans if s.end > now]
         if self.on_step:
-            self.on_step({"step": report.step, **metrics})
+            self.on_step({"step": step, **metrics})
         return metrics
 
     def close(self) -> None:

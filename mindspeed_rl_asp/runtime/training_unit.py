@@ -46,7 +46,11 @@ class TrainingWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
     def __init__(self, engine_cfg: dict, model_path: str, train_cfg: dict, rl_cfg: dict, algo_cfg: dict,
-                 task_cfg: dict, temperature: float, import_paths: tuple[str, ...] = ()):
+                 task_cfg: dict, temperature: float, import_paths: tuple[str, ...] = (),
+                 reference_path: str | None = None):
+        """``model_path``: the weights to train from (a resumed run: its checkpoint's
+        policy); ``reference_path``: the KL reference, the run's starting checkpoint
+        (default ``model_path``)."""
         from types import SimpleNamespace
 
         from ..algo.grpo import GRPOLossConfig, make_loss_fn
@@ -62,13 +66,20 @@ class TrainingWorker:
         self.loss_cfg = GRPOLossConfig.from_mapping(algo_cfg)
         self.loss_fn = make_loss_fn(self.loss_cfg)
         # The KL term needs log-probs of the starting policy: a frozen copy, loaded only then.
-        self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), model_path, temperature)
+        self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), reference_path or model_path,
+                                                temperature, training_engine=self.engine)
                           if self.loss_cfg.kl_coef > 0 else None)
         self.updates_per_step = rl.global_batch_size // rl.mini_batch_size
         # The driver's user reward modules import here as they did there.
         user_import_roots_on_path(import_paths)
         self.task = make_task(SimpleNamespace(**task_cfg), self.tokenizer, rl.max_prompt_length)
         self.prompts = self.task.by_id()
+        # train.data_channel: each step's samples through MindSpeed-RL's TransferDock or
+        # TransferQueue (integrations/mindspeed/queue.py); None: the Ray payloads as they are.
+        from ..integrations.mindspeed.queue import make_channel
+
+        self.channel = make_channel(train_cfg.get("data_channel", "local"), rl.global_batch_size,
+                                    rl.n_samples_per_prompt)
         self.version = 0
         self.rank = 0
         self.sender = None   # the collective transport's sending side (rank 0)
@@ -99,6 +110,10 @@ class TrainingWorker:
         missing = [p for p in prompt_ids if p not in groups]
         if missing:
             raise RuntimeError(f"step {step}: no samples for prompts {missing[:3]}")
+        if self.channel is not None:   # into the dock, read back as MindSpeed-RL's trainer stage reads
+            self.channel.put_groups([groups[p] for p in prompt_ids])
+            groups = {g.prompt_id: g for g in self.channel.get_groups()}
+            self.channel.clear()
         rows, rewards, scores = [], [], []
         for pid in prompt_ids:
             group = groups[pid]
@@ -243,3 +258,47 @@ class TrainingWorker:
 
     def save(self, path: str) -> None:
         self.engine.save(path)   # sharded: every rank gathers, rank 0 writes
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, path: str) -> None:
+        """The trainer's part of a checkpoint (``runtime/checkpoint.py``) into the directory
+        ``path``: ``policy/`` (the weights) and ``trainer_state.pt`` (AdamW state by
+        parameter name, every rank's RNG states). Every rank calls it; rank 0 writes."""
+        import os
+
+        import torch
+
+        from .checkpoint import POLICY, TRAINER_STATE, rng_states
+
+        self.engine.save(os.path.join(path, POLICY))
+        optimizer = self.engine.optimizer_state()
+        rngs = self._gather_objects(rng_states())
+        if self.rank == 0:
+            target = os.path.join(path, TRAINER_STATE)
+            torch.save({"optimizer": optimizer, "rng": rngs}, target + ".tmp")
+            os.replace(target + ".tmp", target)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore :meth:`save_checkpoint`'s optimizer and RNG states (the weights came with
+        ``model_path``). Every rank calls it, after the ranks joined their world."""
+        import os
+
+        import torch
+
+        from .checkpoint import TRAINER_STATE, set_rng_states
+
+        # Our own file, written by save_checkpoint: it holds RNG tuples as well as tensors.
+        state = torch.load(os.path.join(path, TRAINER_STATE), map_location="cpu", weights_only=False)
+        self.engine.load_optimizer_state(state["optimizer"] if self.rank == 0 else None)
+        rngs = state["rng"]
+        set_rng_states(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
+
+    def _gather_objects(self, value) -> list:
+        """``value`` of every rank, in rank order (one rank: ``[value]``)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return [value]
+        parts: list = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, value)
+        return parts

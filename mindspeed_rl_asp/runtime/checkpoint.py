@@ -1,0 +1,307 @@
+"""Checkpoints, and resuming a run from one (``save_every=K``, ``asp-train resume=RUN_DIR``).
+
+::
+
+    <run_dir>/checkpoints/
+        step_000004/          the state after 4 trained steps (version 4)
+            policy/           the trainer's weights, a Hugging Face checkpoint (rank 0 gathers)
+            trainer_state.pt  AdamW state by parameter name, the RNG states of every rank
+            control.json      version, trained prompt ids in order, the dispatch list, ages
+        latest                the name of the newest complete checkpoint
+
+Atomic: a checkpoint is written into ``step_N.partial-<pid>-<k>/`` and renamed to
+``step_N/`` only once every file is in it; ``latest`` is then replaced with
+``os.replace``. A crash, SIGKILL or Ctrl-C in the middle leaves a ``.partial`` directory
+(swept at the next save or resume) and the previous checkpoint as it was.
+
+Queued samples are regenerated on resume, not restored. The samples queued or being
+generated when a checkpoint is taken live in Ray's object store, which dies with the
+driver, so restoring them would mean writing up to ``mode.queue_capacity`` samples at
+every checkpoint; regenerating them costs at most that much generation once per resume,
+and the regenerated samples come from the resumed weights, so the policy-age bound
+holds across the resume without carrying versions over. The resumed run dispatches the
+saved dispatch list minus the prompts already trained, in the same order: within every
+epoch each prompt is trained exactly once (``remaining_minibatches``).
+
+Versions continue: the resumed core counts from 0 again and the shell adds the saved
+version (``ResumePoint.version``) wherever a version or a step is written down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from ..config.validate import ConfigError
+from ..control.core import Publish
+from ..control.loop import Done, Observer
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+CONTROL = "control.json"
+TRAINER_STATE = "trainer_state.pt"
+POLICY = "policy"
+
+
+# ---------------------------------------------------------------------- pure parts
+@dataclass
+class ControlState:
+    """What the Control Unit needs to continue: ``version`` steps are trained; ``consumed``
+    are the prompt ids trained, in order, since the run began; ``minibatches`` the
+    dispatch list the core held (its ids may include prompts already trained)."""
+
+    version: int
+    consumed: list[str]
+    minibatches: list[tuple[str, list[str]]]
+    epochs: int
+    total_steps: int
+    age_histogram: dict[str, int] = field(default_factory=dict)
+    wall_time_s: float = 0.0
+    generation_failures: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "ControlState":
+        raw = json.loads(text)
+        raw["minibatches"] = [(mb_id, list(ids)) for mb_id, ids in raw["minibatches"]]
+        return cls(**raw)
+
+
+def remaining_minibatches(minibatches: Sequence[tuple[str, Sequence[str]]],
+                          consumed: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The dispatch list without the prompts already trained, in the same order; a
+    minibatch that a step boundary split keeps its untrained part (same id)."""
+    done = set(consumed)
+    out = []
+    for mb_id, ids in minibatches:
+        left = tuple(p for p in ids if p not in done)
+        if left:
+            out.append((mb_id, left))
+    return out
+
+
+def merge_histograms(*histograms: dict) -> dict[str, int]:
+    """Policy-age histograms (age -> prompt groups) summed; keys as strings, sorted by age."""
+    total: dict[int, int] = {}
+    for histogram in histograms:
+        for age, count in histogram.items():
+            total[int(age)] = total.get(int(age), 0) + int(count)
+    return {str(k): v for k, v in sorted(total.items())}
+
+
+def checkpoint_name(version: int) -> str:
+    return f"step_{version:06d}"
+
+
+def rng_states() -> dict:
+    """This process's RNG states (python, numpy, torch CPU and, if present, CUDA)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+# ---------------------------------------------------------------------- files
+def checkpoints_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def missing_parts(path: Path) -> list[str]:
+    """What a checkpoint directory lacks to be loadable ([] when complete)."""
+    missing = [name for name in (CONTROL, TRAINER_STATE) if not (path / name).is_file()]
+    if not (path / POLICY / "config.json").is_file():
+        missing.append(f"{POLICY}/config.json")
+    if not any((path / POLICY).glob("*.safetensors")):
+        missing.append(f"{POLICY}/*.safetensors")
+    return missing
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    """The newest complete checkpoint of a run: the one ``latest`` names, or, if that is
+    missing or incomplete, the newest complete ``step_N``; None when there is none."""
+    root = checkpoints_dir(run_dir)
+    pointer = root / LATEST
+    if pointer.is_file():
+        named = root / pointer.read_text(encoding="utf-8").strip()
+        if named.is_dir() and not missing_parts(named):
+            return named
+    complete = [p for p in sorted(root.glob("step_*")) if p.is_dir() and "." not in p.name and not missing_parts(p)]
+    return complete[-1] if complete else None
+
+
+def sweep_partials(root: Path) -> list[str]:
+    """Remove the ``.partial`` directories that interrupted writes of other (dead)
+    processes left; this process's own may still be being written by a trainer after an
+    interrupted save. Returns the names removed."""
+    swept = []
+    for path in sorted(root.glob("step_*.partial-*")):
+        if f".partial-{os.getpid()}-" not in path.name:
+            shutil.rmtree(path, ignore_errors=True)
+            swept.append(path.name)
+    return swept
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def commit_checkpoint(partial: Path, version: int, keep: int) -> Path:
+    """Rename a fully written ``partial`` directory to ``step_<version>``, point ``latest``
+    at it, and keep only the newest ``keep`` checkpoints."""
+    root = partial.parent
+    problems = missing_parts(partial)
+    if problems:
+        raise RuntimeError(f"checkpoint {partial} is incomplete (missing {', '.join(problems)}); not committed")
+    final = root / checkpoint_name(version)
+    if final.exists():   # the same version saved by an earlier run segment that crashed later
+        stale = root / f"{final.name}.partial-replaced-{os.getpid()}"
+        os.replace(final, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    os.replace(partial, final)
+    _write_atomic(root / LATEST, final.name + "\n")
+    complete = [p for p in sorted(root.glob("step_*")) if p.is_dir() and "." not in p.name]
+    for old in complete[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def write_checkpoint(run_dir: Path, state: ControlState, write_trainer: Callable[[Path], None],
+                     keep: int, attempt: int = 0) -> Path:
+    """Write one checkpoint atomically: ``write_trainer(dir)`` writes ``policy/`` and
+    ``trainer_state.pt`` into the partial directory, then the control state goes in and
+    the directory is committed. Anything raised (Ctrl-C included) leaves the previous
+    checkpoint and ``latest`` untouched."""
+    root = checkpoints_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    sweep_partials(root)
+    partial = root / f"{checkpoint_name(state.version)}.partial-{os.getpid()}-{attempt}"
+    partial.mkdir()
+    write_trainer(partial)
+    _write_atomic(partial / CONTROL, state.to_json())
+    return commit_checkpoint(partial, state.version, keep)
+
+
+class Checkpointer(Observer):
+    """The loop's observer that checkpoints every ``every`` versions (0: only when
+    :meth:`save` is called). ``prior``: the control state the run segment started from
+    (zero, or the resumed checkpoint's); ``start``: the segment's start on the cluster
+    clock; ``write_trainer(dir)``: the trainer ranks write their part into ``dir``."""
+
+    def __init__(self, run_dir: Path, every: int, keep: int, prior: ControlState, start: float,
+                 write_trainer: Callable[[Path], None]) -> None:
+        self.run_dir, self.every, self.keep = Path(run_dir), every, keep
+        self.prior, self.start, self.write_trainer = prior, start, write_trainer
+        self.last_path: Optional[Path] = None
+        self.last_version = prior.version if prior.version else None
+        self.attempts = 0
+
+    def observed(self, event, core, t: float) -> None:
+        if self.every and isinstance(event, Done) and isinstance(event.action, Publish):
+            if (event.action.version + self.prior.version) % self.every == 0:
+                self.save(core, t)
+
+    def state(self, core, t: float) -> ControlState:
+        """The control state now: the trainer's version and what the core has trained."""
+        prior = self.prior
+        return ControlState(
+            version=core.trainer_version + prior.version, consumed=prior.consumed + core.consumed_ids(),
+            minibatches=[(mb.minibatch_id, list(mb.prompt_ids)) for mb in core.dispatcher.minibatches],
+            epochs=prior.epochs, total_steps=prior.total_steps,
+            age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
+            wall_time_s=prior.wall_time_s + (t - self.start), generation_failures=prior.generation_failures)
+
+    def save(self, core, t: float) -> Optional[Path]:
+        """Checkpoint the current version (once per version); returns its directory."""
+        state = self.state(core, t)
+        if state.version == self.last_version:
+            return self.last_path
+        self.attempts += 1
+        self.last_path = write_checkpoint(self.run_dir, state, self.write_trainer, self.keep, self.attempts)
+        self.last_version = state.version
+        return self.last_path
+
+
+# ---------------------------------------------------------------------- resume
+@dataclass(frozen=True)
+class ResumePoint:
+    """A checkpoint to continue from: ``path`` (its directory) and its control state."""
+
+    path: Path
+    control: ControlState
+
+    @property
+    def version(self) -> int:
+        return self.control.version
+
+    @property
+    def policy(self) -> Path:
+        return self.path / POLICY
+
+
+def find_resume_point(run_dir: Path) -> ResumePoint:
+    """The run's newest complete checkpoint, or a ConfigError saying what is missing."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise ConfigError(f"resume={str(run_dir)!r}: no config.yaml there; resume takes the directory of a run "
+                          "that asp-train wrote")
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        root = checkpoints_dir(run_dir)
+        found = sorted(p.name for p in root.glob("step_*")) if root.is_dir() else []
+        detail = (f"its checkpoints are incomplete ({', '.join(found)}: "
+                  f"{'; '.join(', '.join(missing_parts(root / n)) for n in found if '.' not in n) or 'partial'})"
+                  if found else f"it has no {CHECKPOINTS}/ (the run had save_every=0; set save_every=K to checkpoint)")
+        raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: {detail}")
+    control = ControlState.from_json((path / CONTROL).read_text(encoding="utf-8"))
+    return ResumePoint(path, control)
+
+
+def set_aside_metrics_after(run_dir: Path, version: int) -> int:
+    """Move the metrics rows of steps >= ``version`` (trained after the checkpoint by the
+    run segment that died; the resume trains them again) to ``metrics.discarded.jsonl``.
+    Returns how many rows moved."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    keep = [r for r in rows if json.loads(r)["step"] < version]
+    moved = [r for r in rows if json.loads(r)["step"] >= version]
+    if moved:
+        with open(Path(run_dir) / "metrics.discarded.jsonl", "a", encoding="utf-8") as f:
+            f.write("".join(r + "\n" for r in moved))
+        _write_atomic(path, "".join(r + "\n" for r in keep))
+    return len(moved)
+
+
+__all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",
+           "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint",
+           "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point",
+           "set_aside_metrics_after"]

@@ -1,0 +1,154 @@
+"""Checkpoint files and resume rules without Ray: atomic writes, the newest complete
+checkpoint, the dispatch list left to run, and the resume config checks."""
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from mindspeed_rl_asp.config.validate import ConfigError
+from mindspeed_rl_asp.runtime.checkpoint import (CONTROL, LATEST, POLICY, TRAINER_STATE, ControlState,
+                                                 checkpoints_dir, commit_checkpoint, find_resume_point,
+                                                 latest_checkpoint, merge_histograms, missing_parts,
+                                                 remaining_minibatches, set_aside_metrics_after, write_checkpoint)
+
+
+def state(version, consumed=(), minibatches=(("mb0", ["a", "b"]),)):
+    return ControlState(version, list(consumed), [(m, list(ids)) for m, ids in minibatches], epochs=1,
+                        total_steps=8, age_histogram={"0": 2}, wall_time_s=1.5)
+
+
+def write_trainer_files(path):
+    (path / POLICY).mkdir()
+    (path / POLICY / "config.json").write_text("{}")
+    (path / POLICY / "model.safetensors").write_bytes(b"weights")
+    (path / TRAINER_STATE).write_bytes(b"state")
+
+
+def test_write_commits_and_points_latest(tmp_path):
+    path = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=2)
+    assert path.name == "step_000002" and not missing_parts(path)
+    assert (checkpoints_dir(tmp_path) / LATEST).read_text().strip() == "step_000002"
+    assert ControlState.from_json((path / CONTROL).read_text()) == state(2)
+    assert latest_checkpoint(tmp_path) == path
+
+
+def test_interrupt_mid_write_keeps_the_previous_checkpoint(tmp_path):
+    first = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=2)
+
+    def interrupted(path):
+        (path / POLICY).mkdir()
+        (path / POLICY / "config.json").write_text("{}")
+        raise KeyboardInterrupt   # Ctrl-C while the weights are being written
+
+    with pytest.raises(KeyboardInterrupt):
+        write_checkpoint(tmp_path, state(4), interrupted, keep=2, attempt=1)
+    assert latest_checkpoint(tmp_path) == first
+    assert find_resume_point(tmp_path_with_config(tmp_path)).version == 2
+    leftovers = [p.name for p in checkpoints_dir(tmp_path).iterdir()]
+    assert "step_000004" not in leftovers and any(".partial-" in n for n in leftovers)
+
+
+def tmp_path_with_config(run_dir):
+    (run_dir / "config.yaml").write_text("seed: 0\n")
+    return run_dir
+
+
+def test_latest_falls_back_to_the_newest_complete(tmp_path):
+    write_checkpoint(tmp_path, state(2), write_trainer_files, keep=3)
+    newer = write_checkpoint(tmp_path, state(4), write_trainer_files, keep=3)
+    (newer / TRAINER_STATE).unlink()   # damaged after the fact
+    assert latest_checkpoint(tmp_path).name == "step_000002"
+
+
+def test_keep_prunes_older_checkpoints(tmp_path):
+    for v in (1, 2, 3, 4):
+        write_checkpoint(tmp_path, state(v), write_trainer_files, keep=2)
+    assert sorted(p.name for p in checkpoints_dir(tmp_path).glob("step_*")) == ["step_000003", "step_000004"]
+
+
+def test_commit_refuses_an_incomplete_directory(tmp_path):
+    partial = tmp_path / "step_000001.partial-1-0"
+    partial.mkdir()
+    with pytest.raises(RuntimeError, match="incomplete"):
+        commit_checkpoint(partial, 1, keep=1)
+
+
+def test_resume_point_errors_name_what_is_missing(tmp_path):
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        find_resume_point(tmp_path)
+    tmp_path_with_config(tmp_path)
+    with pytest.raises(ConfigError, match="save_every"):
+        find_resume_point(tmp_path)
+    path = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=1)
+    for f in (path / POLICY).glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(ConfigError, match=r"policy/\*\.safetensors"):
+        find_resume_point(tmp_path)
+
+
+ids = st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=30, unique=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids, st.integers(1, 6), st.data())
+def test_remaining_minibatches_partition_the_untrained_prompts(prompts, size, data):
+    minibatches = [(f"mb{i}", prompts[i:i + size]) for i in range(0, len(prompts), size)]
+    consumed = data.draw(st.lists(st.sampled_from(prompts), unique=True))
+    left = remaining_minibatches(minibatches, consumed)
+    flat = [p for _, mb in left for p in mb]
+    assert flat == [p for p in prompts if p not in set(consumed)]   # same order, none twice, none lost
+    assert all(mb for _, mb in left)
+    assert len({m for m, _ in left}) == len(left)
+
+
+def test_histograms_add_up():
+    assert merge_histograms({"0": 2, "1": 1}, {0: 3, 2: 1}) == {"0": 5, "1": 1, "2": 1}
+
+
+def test_metrics_after_the_checkpoint_are_set_aside(tmp_path):
+    rows = [{"step": s, "x": s} for s in range(5)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert set_aside_metrics_after(tmp_path, 3) == 2
+    kept = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    moved = [json.loads(x)["step"] for x in (tmp_path / "metrics.discarded.jsonl").read_text().splitlines()]
+    assert kept == [0, 1, 2] and moved == [3, 4]
+
+
+# ---------------------------------------------------------------------- resume config
+@pytest.fixture
+def saved_run(tmp_path):
+    from mindspeed_rl_asp.config.load import load_config, make_run_dir
+
+    cfg = load_config(["steps=4", "rl.global_batch_size=4", "rl.mini_batch_size=4", f"run_dir={tmp_path / 'run'}", "save_every=2"])
+    return make_run_dir(cfg, "test")
+
+
+def test_resume_config_keeps_the_saved_values(saved_run):
+    from mindspeed_rl_asp.config.resume import resume_config
+
+    cfg = resume_config(str(saved_run), ["resume=" + str(saved_run), "engine.num_threads=2", "save_every=1"])
+    assert cfg.rl.global_batch_size == 4 and cfg.steps == 4
+    assert cfg.engine.num_threads == 2 and cfg.save_every == 1 and cfg.resume == str(saved_run)
+
+
+@pytest.mark.parametrize("override, key", [("rl.global_batch_size=8", "rl.global_batch_size"),
+                                           ("model.path=elsewhere", "model.path"),
+                                           ("steps=10", "steps")])
+def test_resume_refuses_a_contradicting_key(saved_run, override, key):
+    from mindspeed_rl_asp.config.resume import resume_config
+
+    before = sorted(p.name for p in saved_run.iterdir())
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        resume_config(str(saved_run), [override])
+    assert sorted(p.name for p in saved_run.iterdir()) == before
+
+
+def test_resume_refuses_group_overrides_and_another_run_dir(saved_run, tmp_path):
+    from mindspeed_rl_asp.config.resume import resume_config
+
+    with pytest.raises(ConfigError, match="config group 'engine=vllm'"):
+        resume_config(str(saved_run), ["engine=vllm"])
+    with pytest.raises(ConfigError, match="run_dir="):
+        resume_config(str(saved_run), [f"run_dir={tmp_path / 'other'}"])
+    with pytest.raises(ConfigError, match="unknown config key 'rl.global_batch'"):
+        resume_config(str(saved_run), ["rl.global_batch=3"])
