@@ -2,8 +2,12 @@
 
     asp-launch layout=ascend910b3_t4g4 head=10.0.0.1              # print every node's command
     asp-launch layout=ascend910b3_t4g4 head=10.0.0.1 --node 3     # run node 3's `ray start` here
-    asp-launch layout=ascend910b3_t4g4 head=10.0.0.1 --driver     # run the driver (on the head)
+    asp-launch layout=ascend910b3_t4g4 head=10.0.0.1 --wait       # wait until every node joined with its devices
+    asp-launch layout=ascend910b3_t4g4 head=10.0.0.1 --driver     # wait, then run the driver (on the head)
 
+``--wait-timeout S`` bounds the wait (default 1800 s; it exits 1 naming what is missing).
+``--mindspeed-config JOB.yaml``: a MindSpeed-RL job; the layout is the one its import maps
+to (docs/mindspeed_rl.md) unless ``layout=`` is given, and the driver imports the job.
 Other overrides (``experiment=``, ``steps=``, ...) are passed on to the driver command.
 """
 from __future__ import annotations
@@ -12,43 +16,97 @@ import subprocess
 import sys
 
 
+def _take(argv: list[str], flag: str, with_value: bool):
+    """Remove ``flag`` (and its value) from argv; returns the value, True, or None if absent."""
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if with_value and i + 1 < len(argv) else True
+            del argv[i:i + (2 if with_value and i + 1 < len(argv) else 1)]
+            return value
+        if with_value and arg.startswith(flag + "="):
+            del argv[i]
+            return arg.split("=", 1)[1]
+    return None
+
+
+def wait_for_layout(layout, mode_name: str, head: str, timeout_s: float) -> int:
+    """Connect to the cluster at ``head`` and wait until it holds the layout (0) or time out (1)."""
+    import ray
+
+    from ..runtime.launch import RAY_PORT, describe_wait, required_resources, wait_for_cluster
+
+    print(f"{describe_wait(layout, mode_name)} (at most {timeout_s:g} s)", flush=True)
+    ray.init(address=f"{head}:{RAY_PORT}", log_to_driver=False, configure_logging=False)
+    try:
+        missing = wait_for_cluster(required_resources(layout, mode_name), ray.cluster_resources, timeout_s,
+                                   report=lambda line: print(line, flush=True))
+    finally:
+        ray.shutdown()
+    if missing:
+        print(f"asp-launch: error: after {timeout_s:g} s the cluster still lacks {', '.join(missing)}: start "
+              "those nodes (`asp-launch ... --node K` on each) or check that they reach the head", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     from .common import UserError, run_command
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    node = None
-    if "--node" in argv:
-        i = argv.index("--node")
-        node = int(argv[i + 1]) if i + 1 < len(argv) and argv[i + 1].isdigit() else -1
-        del argv[i:i + 2]
-    run_driver = "--driver" in argv
-    argv = [a for a in argv if a != "--driver"]
+    node = _take(argv, "--node", with_value=True)
+    if node is not None:
+        node = int(node) if isinstance(node, str) and node.isdigit() else -1
+    run_driver = bool(_take(argv, "--driver", with_value=False))
+    wait_only = bool(_take(argv, "--wait", with_value=False))
+    timeout = _take(argv, "--wait-timeout", with_value=True)
+    job = _take(argv, "--mindspeed-config", with_value=True)
     head = next((a.split("=", 1)[1] for a in argv if a.startswith("head=")), None)
     overrides = [a for a in argv if not a.startswith("head=")]
+    driver_extra = []
+    if job is not None:  # a MindSpeed-RL job: launch the layout its import maps to, the driver imports it again
+        from ..integrations.mindspeed.config_import import import_file
+        from .common import expected_errors
+
+        try:
+            layout_name = import_file(job, None, overrides).layout.name
+        except expected_errors() as error:
+            print(f"asp-launch: error: {error}", file=sys.stderr)
+            return 2
+        if not any(a.startswith("layout=") for a in overrides):
+            overrides.append(f"layout={layout_name}")
+        driver_extra = ["--mindspeed-config", str(job)]
 
     def launch(cfg) -> int:
         from omegaconf import OmegaConf
 
-        from ..runtime.launch import launch_commands
+        from ..runtime.launch import WAIT_TIMEOUT_S, describe_wait, launch_commands, wait_command
 
         if not head:
             raise UserError("give the head node's address: head=HOST (the machine of layout node 0)")
+        try:
+            timeout_s = WAIT_TIMEOUT_S if timeout is None else float(timeout)
+        except (TypeError, ValueError):
+            raise UserError(f"--wait-timeout must be a number of seconds, got {timeout!r}") from None
         layout = OmegaConf.to_object(cfg.layout)
-        driver_overrides = [a for a in overrides if not a.startswith(("layout=", "mode="))]
+        driver_overrides = driver_extra + [a for a in overrides if not a.startswith(("layout=", "mode="))]
         nodes, driver = launch_commands(layout, cfg.mode.name, head, driver_overrides)
         if node is not None:
             if not 0 <= node < len(nodes):
                 raise UserError(f"--node must be one of 0..{len(nodes) - 1} for layout {layout.name}")
             print(f"node {node} ({nodes[node].units}): {nodes[node].command}", flush=True)
             return subprocess.call(nodes[node].command, shell=True)
-        if run_driver:
+        if wait_only or run_driver:
+            ready = wait_for_layout(layout, cfg.mode.name, head, timeout_s)
+            if ready or wait_only:
+                return ready
             print(driver, flush=True)
             return subprocess.call(driver, shell=True)
         print(f"# layout {layout.name}: {layout.nodes} x {layout.devices_per_node} {layout.accelerator}, "
               f"mode={cfg.mode.name}")
         for n in nodes:
             print(f"# node {n.node} ({n.units})\n{n.command}")
-        print(f"# then, on the head (node 0):\n{driver}")
+        print(f"# then, on the head (node 0): {describe_wait(layout, cfg.mode.name)}, then start the driver\n"
+              f"{wait_command(layout, cfg.mode.name, head, timeout_s)} && \\\n  {driver}")
         return 0
 
     return run_command("asp-launch", __doc__.strip().splitlines()[0], launch, overrides)

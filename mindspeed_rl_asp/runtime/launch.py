@@ -1,21 +1,31 @@
-"""Commands that bring up a layout on a real cluster: ``ray start`` per node, then one
-driver command on the head. Pure: it only builds the command lines.
+"""Commands that bring up a layout on a real cluster: ``ray start`` per node, a wait until
+every node has joined with its devices, then one driver command on the head. Pure: it
+builds command lines and judges a cluster's resources; :func:`wait_for_cluster` is the
+only part that talks to Ray.
 
 Layout node 0 is the head. It is a T node, so the driver (and the Control Unit in it)
 runs beside the Training Unit, as the design wants. Each node registers its devices
-(``NPU``/``GPU``/CPUs) and a marker resource ``asp_node_<k>`` that pins placement
-bundle k to it. Nothing here stops or kills anything: ``ray stop`` on a node is the
-operator's call.
+(``--num-gpus`` / ``--num-cpus``, or on Ascend ``--resources='{"NPU": n}'``: the resource
+name MindSpeed-RL's launchers register and its placement bundles ask for) and a marker
+resource ``asp_node_<k>`` that pins placement bundle k to it. The driver starts only once
+the cluster shows every marker and the devices the layout needs, as MindSpeed-RL's
+examples/grpo/*.sh do by polling ``ray status`` for the NPU count (here through
+``ray.cluster_resources()``, which needs no parsing). Nothing here stops or kills
+anything: ``ray stop`` on a node is the operator's call.
 """
 from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass
+from typing import Callable, Mapping, Optional
 
-from .placement import node_resource
+from .placement import RESOURCE_BY_DEVICE, node_resource
 
 RAY_PORT = 6379
+WAIT_TIMEOUT_S = 1800.0     # MindSpeed-RL's examples wait without a bound; a bound makes a missing node an error
+WAIT_POLL_S = 5.0           # MindSpeed-RL's examples poll every 5 s too
 
 
 @dataclass(frozen=True)
@@ -49,11 +59,44 @@ def node_units(layout, mode_name: str, node: int) -> str:
     return "G (generation unit)"
 
 
+def used_nodes(layout, mode_name: str) -> int:
+    return layout.nodes if mode_name == "hybrid" else layout.train_nodes + layout.gen_nodes
+
+
+def required_resources(layout, mode_name: str) -> dict[str, float]:
+    """What the cluster must show before the driver starts: every node's marker, and the
+    devices of all of them (``NPU`` / ``GPU`` / ``CPU`` as the layout's device type)."""
+    nodes = used_nodes(layout, mode_name)
+    needed = {node_resource(k): 1.0 for k in range(nodes)}
+    needed[RESOURCE_BY_DEVICE[layout.device_type]] = float(nodes * layout.devices_per_node)
+    return needed
+
+
+def missing_resources(available: Mapping[str, float], needed: Mapping[str, float]) -> list[str]:
+    """The needed resources the cluster does not show yet, as ``name: have/need`` (empty: ready)."""
+    return [f"{name}: {available.get(name, 0):g}/{amount:g}" for name, amount in needed.items()
+            if available.get(name, 0) < amount]
+
+
+def describe_wait(layout, mode_name: str) -> str:
+    needed = required_resources(layout, mode_name)
+    device = RESOURCE_BY_DEVICE[layout.device_type]
+    return (f"wait until all {used_nodes(layout, mode_name)} nodes have joined (markers asp_node_0.."
+            f"{used_nodes(layout, mode_name) - 1}) with {needed[device]:g} {device} in all")
+
+
+def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = WAIT_TIMEOUT_S) -> str:
+    """The head's wait step: ``asp-launch ... --wait`` returns 0 once the cluster is complete,
+    1 (naming what is missing) after ``timeout_s``."""
+    return " ".join(["asp-launch", f"layout={layout.name}", f"mode={mode_name}", f"head={head_address}", "--wait",
+                     f"--wait-timeout={timeout_s:g}"])
+
+
 def launch_commands(layout, mode_name: str, head_address: str, overrides: list[str]) -> tuple[list[NodeCommand], str]:
-    """(one ``ray start`` per layout node, the driver command for the head)."""
-    used = layout.nodes if mode_name == "hybrid" else layout.train_nodes + layout.gen_nodes
+    """(one ``ray start`` per layout node, the driver command for the head; run
+    :func:`wait_command` before it)."""
     nodes = []
-    for k in range(used):
+    for k in range(used_nodes(layout, mode_name)):
         flags = _device_flags(layout) + [f"--resources={shlex.quote(_resources(layout, k))}"]
         if k == 0:
             cmd = ["ray", "start", "--head", f"--port={RAY_PORT}", *flags]
@@ -63,3 +106,22 @@ def launch_commands(layout, mode_name: str, head_address: str, overrides: list[s
     driver = " ".join([f"RAY_ADDRESS={head_address}:{RAY_PORT}", "asp-train", f"layout={layout.name}",
                        f"mode={mode_name}", *map(shlex.quote, overrides)])
     return nodes, driver
+
+
+def wait_for_cluster(needed: Mapping[str, float], resources: Callable[[], Mapping[str, float]],
+                     timeout_s: float = WAIT_TIMEOUT_S, poll_s: float = WAIT_POLL_S,
+                     report: Optional[Callable[[str], None]] = None,
+                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Poll ``resources()`` (``ray.cluster_resources``) until nothing in ``needed`` is missing
+    or ``timeout_s`` passes; returns what is still missing (empty: ready). ``report`` gets a
+    line each time the missing set changes."""
+    deadline = clock() + timeout_s
+    last: Optional[list[str]] = None
+    while True:
+        missing = missing_resources(resources(), needed)
+        if missing != last and report is not None:
+            report("cluster ready" if not missing else "waiting for " + ", ".join(missing))
+        last = missing
+        if not missing or clock() >= deadline:
+            return missing
+        sleep(poll_s)
