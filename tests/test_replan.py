@@ -8,6 +8,7 @@ then be unchanged). Every run must still train every step, keep the ledger a par
 and never dispatch a prompt twice."""
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 
@@ -227,3 +228,171 @@ def test_no_replan_after_finish():
         pass
     with pytest.raises(ProtocolError, match="after Finish"):
         core.replan_pending([])
+
+
+# ---------------------------------------------------------------------- the replanner (runtime/replan.py)
+from types import SimpleNamespace
+
+from mindspeed_rl_asp.runtime.replan import (EpochReplanner, blend_lengths, lengths_per_prompt, rank_stats,
+                                             replan_trigger)
+from mindspeed_rl_asp.schedule.configured import repeat_for_epochs
+from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
+from mindspeed_rl_asp.tasks import base_prompt_id, epoch_prompt_id, prompt_epoch
+
+
+def test_blend_and_split_are_the_stated_rule():
+    assert blend_lengths({"a": 10.0, "b": 4.0}, {"a": 60.0}, {"a": 2}, weight=2.0) == {"a": 20.0, "b": 4.0}
+    assert lengths_per_prompt(("x", "y"), [1, 2, 3, 4], 2) == {"x": [1, 2], "y": [3, 4]}
+    with pytest.raises(ValueError, match="3 lengths for 2 prompts"):
+        lengths_per_prompt(("x", "y"), [1, 2, 3], 2)
+    with pytest.raises(ValueError, match="refit weight 0"):
+        blend_lengths({"a": 1.0}, {}, {}, 0)
+    assert rank_stats({"a": 1, "b": 2, "c": 3}, {"a": 5, "b": 6, "c": 7, "z": 0}) == \
+        {"prompts": 3, "spearman_rho": 1.0, "kendall_tau": 1.0}
+    assert rank_stats({"a": 1}, {"a": 1})["spearman_rho"] is None
+
+
+def test_trigger_fires_once_dispatch_nears_the_epoch():
+    pending = [("p1",), ("p2",), ("p0@e1",), ("p1@e1",), ("p0@e2",)]
+    assert replan_trigger(pending, num_actors=1, handled=()) is None      # two minibatches before it
+    assert replan_trigger(pending[1:], num_actors=1, handled=()) == 1
+    assert replan_trigger(pending[1:], num_actors=1, handled={1}) is None  # epoch 2 is further on
+    assert replan_trigger(pending[3:], num_actors=1, handled={1}) == 2
+    assert replan_trigger([("p0",)], num_actors=4, handled=()) is None    # epoch 0 is never re-planned
+
+
+class LengthCluster(OrderedCluster):
+    """Finished minibatches report lengths: each prompt's own true length, every sample."""
+
+    def __init__(self, true_length, n, seed=0):
+        super().__init__(random_chooser(seed))
+        self.true_length, self.n = true_length, n
+
+    def next_event(self):
+        event = super().next_event()
+        if isinstance(event, Done) and isinstance(event.action, Generate):
+            lengths = [self.true_length[base_prompt_id(p)] for p in event.action.prompt_ids for _ in range(self.n)]
+            return Done(event.action, SimpleNamespace(lengths=lengths))
+        return event
+
+
+@pytest.mark.parametrize("actors", [1, 3])
+def test_refit_replans_later_epochs_and_their_rank_quality_rises(tmp_path, actors):
+    """A prior that ranks the prompts at random: epoch 0 is planned on it; epochs 1 and 2
+    are re-planned on the observed lengths (epoch 1 before epoch 0's last minibatches
+    report: those prompts keep the prior), so their rank correlation rises, and every
+    epoch still trains each prompt exactly once."""
+    n_prompts, n, batch = 24, 2, 4
+    truth = {f"p{i}": float(10 + 3 * i) for i in range(n_prompts)}
+    shuffled = random.Random(3).sample(sorted(truth.values()), n_prompts)
+    prior = dict(zip(truth, shuffled))               # the true lengths, on the wrong prompts
+    params = SchedulerParams(name="asp", base_batch_size=3, slack=1, group_size=2)
+    plan = make_plan(list(prior.items()), params, n)
+    cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=n, max_staleness=2,
+                        queue_capacity=48, high_watermark=1.0, low_watermark=0.0)
+    core = ControlCore(cfg, repeat_for_epochs(plan, 3))
+    replanner = EpochReplanner(tmp_path, prior, n, actors, lambda items: make_plan(items, params, n),
+                               refit="history", weight=1.0)
+    loop = Loop(core, LengthCluster(truth, n), replanner)
+    while loop.advance():
+        pass
+    records = [json.loads(line) for line in (tmp_path / "replan.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2] and all(r["accepted"] for r in records)
+    rho0 = rank_stats(prior, truth)["spearman_rho"]
+    assert abs(rho0) < 0.5 and abs(records[0]["spearman_previous_epoch"]) < 0.5   # on the prompts seen so far
+    assert (tmp_path / "plan_e1.json").is_file() and (tmp_path / "plan_e2.json").is_file()
+    report = json.loads((tmp_path / "predictor_by_epoch.json").read_text())
+    by_epoch = {r["epoch"]: r for r in report["epochs"]}
+    assert by_epoch[0]["spearman_rho"] == pytest.approx(rho0) and not by_epoch[0]["replanned"]
+    assert by_epoch[1]["replanned"] and by_epoch[1]["spearman_rho"] > rho0 + 0.2
+    assert by_epoch[2]["replanned"] and by_epoch[2]["spearman_rho"] > 0.9   # every prompt seen by then
+    # The re-planned epochs have homogeneous minibatches, so less padding than epoch 0's.
+    assert 0 <= by_epoch[2]["padding_bubble"] < by_epoch[0]["padding_bubble"] / 2
+    consumed = core.consumed_ids()
+    assert len(consumed) == len(set(consumed)) == core.total_steps * batch == 3 * n_prompts
+    for e in range(3):
+        assert sorted(base_prompt_id(p) for p in consumed if prompt_epoch(p) == e) == sorted(truth)
+    assert all(p in {epoch_prompt_id(b, e) for b in truth for e in range(3)} for p in consumed)
+
+
+def test_refit_none_only_reports(tmp_path):
+    truth = {f"p{i}": float(i + 1) for i in range(8)}
+    params = SchedulerParams(name="asp", base_batch_size=2, slack=0, group_size=2)
+    plan = make_plan(list(truth.items()), params, 1)
+    cfg = ControlConfig(num_actors=2, global_batch_size=2, n_samples_per_prompt=1, max_staleness=1,
+                        queue_capacity=8, high_watermark=1.0, low_watermark=0.0)
+    core = ControlCore(cfg, repeat_for_epochs(plan, 2))
+    replanner = EpochReplanner(tmp_path, truth, 1, 2, lambda items: pytest.fail("planned with refit=none"))
+    loop = Loop(core, LengthCluster(truth, 1), replanner)
+    while loop.advance():
+        pass
+    assert not (tmp_path / "replan.jsonl").exists()
+    report = json.loads((tmp_path / "predictor_by_epoch.json").read_text())
+    assert [r["epoch"] for r in report["epochs"]] == [0, 1] and report["replans"] == 0
+    assert all(r["spearman_rho"] == 1.0 and r["complete"] and r["padding_bubble"] >= 0 for r in report["epochs"])
+    from mindspeed_rl_asp.metrics.report import predictor_lines
+
+    lines = predictor_lines(tmp_path)
+    assert "refit none" in lines[0] and "0 of 0 re-plans" in lines[0]
+    assert lines[2].split()[:3] == ["0", "first", "1.000"] and lines[3].split()[0] == "1"
+    assert predictor_lines(tmp_path / "nothing") == []
+
+
+# ---------------------------------------------------------------------- a real run
+REAL = ["task.num_prompts=12", "steps=9", "rl.global_batch_size=4", "rl.mini_batch_size=2",
+        "rl.n_samples_per_prompt=2", "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=48",
+        "scheduler=asp", "scheduler.base_batch_size=2", "scheduler.group_size=2", "scheduler.predictor=ridge",
+        "scheduler.profile_share=0.5", "scheduler.refit=history", "scheduler.refit_weight=2",
+        "mode.queue_capacity=32", "eval.num_prompts=0", "eval.save_final_policy=false", "engine.num_threads=1"]
+
+
+def test_refit_keys_are_validated():
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.config.validate import ConfigError
+
+    for overrides, message in ((["scheduler.refit=bogus"], r"scheduler\.refit='bogus' is not one of none, history"),
+                               (["scheduler.refit=history", "scheduler.refit_weight=0"], r"scheduler\.refit_weight=0"),
+                               (["scheduler=fifo", "scheduler.refit=history"], "scheduler=fifo reads no lengths"),
+                               (["mode=hybrid", "scheduler.refit=history"], "mode.max_staleness=0")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(overrides)
+
+
+@pytest.mark.slow
+def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
+    """12 prompts, 3 epochs (9 steps of 4): ridge fitted on a profile, epochs 1 and 2
+    re-planned on the lengths observed in the run; every epoch trains each prompt once."""
+    from mindspeed_rl_asp.config.load import load_config, make_run_dir
+    from mindspeed_rl_asp.metrics.report import predictor_lines
+    from mindspeed_rl_asp.runtime.driver import run_training
+
+    cfg = load_config([*REAL, f"run_dir={tmp_path / 'refit'}"])
+    run_dir = make_run_dir(cfg, "test")
+    summary = run_training(cfg, run_dir)
+    assert summary["steps"] == 9 and summary["epochs"] == 3
+    consumed = summary["consumed_prompt_ids"]
+    bases = sorted({base_prompt_id(p) for p in consumed})
+    assert len(bases) == 12 and len(consumed) == len(set(consumed)) == 36
+    for e in range(3):
+        assert sorted(base_prompt_id(p) for p in consumed if prompt_epoch(p) == e) == bases, f"epoch {e}"
+    predicted = [json.loads(line) for line in (run_dir / "predicted_lengths.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in predicted) == bases
+    records = [json.loads(line) for line in (run_dir / "replan.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
+    for r in records:
+        assert r["accepted"], r
+        assert r["prompts"] == 12 and r["observed_prompts"] >= 6 and r["observed_samples"] >= 12
+        assert 0.0 <= r["predicted_bubble_new_plan"] <= 1.0 and (run_dir / f"plan_e{r['epoch']}.json").is_file()
+        assert r["spearman_previous_epoch"] is None or -1.0 <= r["spearman_previous_epoch"] <= 1.0
+    report = json.loads((run_dir / "predictor_by_epoch.json").read_text())
+    assert report["refit"] == "history" and report["predictor"] == "ridge" and report["replans_accepted"] == 2
+    epochs = {r["epoch"]: r for r in report["epochs"]}
+    assert sorted(epochs) == [0, 1, 2] and [epochs[e]["replanned"] for e in range(3)] == [False, True, True]
+    for r in epochs.values():
+        assert r["complete"] and r["prompts"] == 12 and r["minibatches"] >= 6
+        assert 0.0 <= r["padding_bubble"] < 1.0 and 0.0 <= r["slot_bubble"] < 1.0 and r["generated_tokens"] > 0
+        assert r["spearman_rho"] is None or -1.0 <= r["spearman_rho"] <= 1.0
+    text = "\n".join(predictor_lines(run_dir))
+    assert "2 of 2 re-plans taken" in text
+    assert [line.split()[:2] for line in text.splitlines()[2:5]] == [["0", "first"], ["1", "re-planned"],
+                                                                      ["2", "re-planned"]]

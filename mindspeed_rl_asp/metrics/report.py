@@ -1,7 +1,8 @@
 """Pictures of a run: the actor timeline as a Gantt chart, queue occupancy, rewards.
 
 Reads ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl`` from a run directory and
-writes PNG files beside them. matplotlib runs headless (Agg).
+writes PNG files beside them. matplotlib runs headless (Agg). :func:`predictor_lines`
+gives the per-epoch predictor report (``predictor_by_epoch.json``) as text.
 """
 from __future__ import annotations
 
@@ -145,6 +146,32 @@ def rolling_mean(values: list[float], window: int) -> list[float]:
             total -= values[i - window]
         out.append(total / min(i + 1, window))
     return out
+
+
+def _cell(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def predictor_lines(run_dir: Path) -> list[str]:
+    """The per-epoch predictor report of a run (``predictor_by_epoch.json``, written by
+    ``runtime/replan.py``) as text: per epoch the rank correlation of the lengths its plan
+    used and the observed ones, and the realised bubbles. [] when the run has none."""
+    path = Path(run_dir) / "predictor_by_epoch.json"
+    if not path.is_file():
+        return []
+    r = json.loads(path.read_text(encoding="utf-8"))
+    lines = [f"predictor {r.get('predictor', '?')} (scheduler {r.get('scheduler', '?')}), refit {r['refit']} "
+             f"(weight {r['refit_weight']}): {r['replans_accepted']} of {r['replans']} re-plans taken",
+             f"{'epoch':>5}  {'plan':<10} {'spearman':>8} {'kendall':>8} {'prompts':>7} {'padding':>8} "
+             f"{'slot':>6} {'minibatches':>11} {'mean len':>8}"]
+    for e in r["epochs"]:
+        plan = ("re-planned" if e["replanned"] else "first") + ("" if e["complete"] else "*")
+        lines.append(f"{e['epoch']:>5}  {plan:<10} {_cell(e['spearman_rho'], '8.3f')} {_cell(e['kendall_tau'], '8.3f')} "
+                     f"{e['prompts']:>7} {e['padding_bubble']:>8.3f} {e['slot_bubble']:>6.3f} {e['minibatches']:>11} "
+                     f"{e['observed_mean_length']:>8.1f}")
+    if any(not e["complete"] for e in r["epochs"]):
+        lines.append("* partial epoch: not every prompt was generated in it")
+    return lines
 
 
 def make_report(run_dir: Path) -> list[Path]:

@@ -25,7 +25,8 @@ Into the run directory: ``length_predictor/`` (the fitted ridge/lm predictor,
 :func:`~mindspeed_rl_asp.schedule.predictors.load_predictor` reads it; give it as
 ``scheduler.predictor_path``), ``length_profile.jsonl`` (the profile, in
 ``scripts/profile_lengths.py``'s format: a later run's ``scheduler.lengths_file``) and
-``predictor.json`` (kind, shares, counts, profile and fit seconds, held-out rank quality).
+``predictor.json`` (kind, shares, counts, profile and fit seconds, held-out rank quality)
+and ``predicted_lengths.jsonl`` (every prompt's planned length: :func:`write_predicted_lengths`).
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 __all__ = ["EPOCH_SEED_STRIDE", "sample_lengths", "write_profile", "read_profile", "split_profile",
-           "profile_and_predict", "describe_predictor", "needs_profile"]
+           "profile_and_predict", "describe_predictor", "needs_profile", "write_predicted_lengths",
+           "PREDICTED_LENGTHS"]
 
 EPOCH_SEED_STRIDE = 1_000_003  # sampling seeds of pass k: seed + k * stride + batch offset
 PROFILE_SPLIT_SALT = 7_919  # the profiled subset's rng: seed + salt (independent of the task's own rng)
@@ -128,6 +130,22 @@ def profile_records(prompts: Sequence, lengths: dict, finished: dict, extra: Cal
                  finished=finished[p.id])
         out.append(r)
     return out
+
+
+PREDICTED_LENGTHS = "predicted_lengths.jsonl"
+
+
+def write_predicted_lengths(items: Sequence[tuple[str, float]], run_dir: str | Path) -> Path:
+    """The lengths the plan is made from, one ``{"id", "predicted_length"}`` line per
+    prompt (``asp-schedule input=``'s format), as ``run_dir/predicted_lengths.jsonl``:
+    the refit between epochs (runtime/replan.py) blends its observations with them."""
+    path = Path(run_dir) / PREDICTED_LENGTHS
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for pid, length in items:
+            f.write(json.dumps({"id": pid, "predicted_length": float(length)}) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 # --------------------------------------------------------------------------- split
@@ -272,6 +290,7 @@ def profile_and_predict(cfg, prompts: Sequence, run_dir: str | Path | None = Non
             f"on {q['prompts']} prompts")
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
+        write_predicted_lengths(items, run_dir)
         tmp = run_dir / "predictor.json.tmp"
         tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, run_dir / "predictor.json")
