@@ -91,24 +91,51 @@ def test_model_profile_from_hf_config_reads_a_qwen3_moe_config():
     assert model_profile_from_hf_config(config, name="Qwen3-30B-A3B") == model("qwen3_30b_a3b")
 
 
-def test_bad_architecture_lists_every_problem():
-    bad = dict(name="broken", dtype="bfloat16", num_layers=0, hidden_size=64, num_attention_heads=6,
-               num_key_value_heads=4, head_dim=16, intermediate_size=0, vocab_size=100, tie_word_embeddings=False,
-               num_experts=8, num_experts_per_tok=9, moe_intermediate_size=32)
+def profile_error(build, node) -> str:
+    """The message of the ProfileError that ``build(node)`` must raise."""
     with pytest.raises(ProfileError) as info:
-        model_profile_from_config(bad)
-    message = str(info.value)
-    assert "3 problem(s) in model 'broken'" in message
-    assert "model.num_layers=0 must be > 0" in message
-    assert "model.num_attention_heads=6 is not a multiple of model.num_key_value_heads=4" in message
-    assert "model.num_experts_per_tok=9 must be in [1, model.num_experts=8]" in message
+        build(node)
+    return str(info.value)
+
+
+BAD_ARCHITECTURE = dict(name="broken", dtype="bfloat16", num_layers=0, hidden_size=64, num_attention_heads=6,
+                        num_key_value_heads=4, head_dim=16, intermediate_size=0, vocab_size=100,
+                        tie_word_embeddings=False, num_experts=8, num_experts_per_tok=9, moe_intermediate_size=32)
+
+
+# (profile builder, a bad config node (built when the test runs), what its one error must say)
+COLLECTED_PROBLEMS = [
+    pytest.param(model_profile_from_config, lambda: BAD_ARCHITECTURE, [
+        "3 problem(s) in model 'broken'", "model.num_layers=0 must be > 0",
+        "model.num_attention_heads=6 is not a multiple of model.num_key_value_heads=4",
+        "model.num_experts_per_tok=9 must be in [1, model.num_experts=8]"], id="model"),
+    pytest.param(hardware_profile_from_config, lambda: load_config(
+        ["hardware=h200", "hardware.peak_bf16_tflops=-1", "hardware.training_mfu=1.5",
+         "hardware.sources.hbm_gib=''"]).hardware, [
+        "3 problem(s) in hardware profile 'h200'", "hardware.peak_bf16_tflops=-1.0 must be > 0",
+        "hardware.training_mfu=1.5 must be <= 1",
+        "hardware.sources.hbm_gib is missing: every number needs its source"], id="hardware"),
+    pytest.param(engine_profile_from_config, lambda: load_config(
+        ["engine=vllm", "engine.batching=paged", "engine.decode_step_overhead_s=0",
+         "engine.gpu_memory_utilization=1.2"]).engine, [
+        "3 problem(s) in engine profile 'vllm'",
+        "engine.batching='paged' is not one of continuous, static: fix configs/engine/vllm.yaml",
+        "engine.decode_step_overhead_s=0.0 must be > 0", "engine.gpu_memory_utilization=1.2 must be <= 1"],
+        id="engine"),
+]
+
+
+@pytest.mark.parametrize("build, node, expected", COLLECTED_PROBLEMS)
+def test_every_problem_of_a_profile_is_named_in_one_message(build, node, expected):
+    message = profile_error(build, node())
+    for line in expected:
+        assert line in message
 
 
 def test_missing_architecture_key_and_unknown_dtype_are_named():
-    with pytest.raises(ProfileError) as info:
-        model_profile_from_config({"name": "x", "dtype": "int3", "num_layers": 2})
-    assert "model.hidden_size is missing" in str(info.value)
-    assert "model.dtype='int3' is not one of" in str(info.value)
+    message = profile_error(model_profile_from_config, {"name": "x", "dtype": "int3", "num_layers": 2})
+    assert "model.hidden_size is missing" in message
+    assert "model.dtype='int3' is not one of" in message
 
 
 def test_dense_model_needs_an_ffn():
@@ -143,28 +170,12 @@ def test_hardware_units_are_converted():
 
 def test_zero_bandwidth_names_the_key_the_file_and_the_override():
     cfg = load_config(["hardware=ascend910b3", "hardware.hbm_bandwidth_gbs=0"])
-    with pytest.raises(ProfileError) as info:
-        hardware_profile_from_config(cfg.hardware)
     assert ("hardware.hbm_bandwidth_gbs=0.0 must be > 0: fix configs/hardware/ascend910b3.yaml or override "
-            "hardware.hbm_bandwidth_gbs=...") in str(info.value)
-
-
-def test_hardware_problems_are_collected_in_one_message():
-    cfg = load_config(["hardware=h200", "hardware.peak_bf16_tflops=-1", "hardware.training_mfu=1.5",
-                       "hardware.sources.hbm_gib=''"])
-    with pytest.raises(ProfileError) as info:
-        hardware_profile_from_config(cfg.hardware)
-    message = str(info.value)
-    assert "3 problem(s) in hardware profile 'h200'" in message
-    assert "hardware.peak_bf16_tflops=-1.0 must be > 0" in message
-    assert "hardware.training_mfu=1.5 must be <= 1" in message
-    assert "hardware.sources.hbm_gib is missing: every number needs its source" in message
+            "hardware.hbm_bandwidth_gbs=...") in profile_error(hardware_profile_from_config, cfg.hardware)
 
 
 def test_a_hardware_mapping_without_numbers_lists_them_all():
-    with pytest.raises(ProfileError) as info:
-        hardware_profile_from_config({"name": "new_chip"})
-    message = str(info.value)
+    message = profile_error(hardware_profile_from_config, {"name": "new_chip"})
     assert f"{len(HARDWARE_NUMBERS)} problem(s)" in message
     assert "hardware.hbm_gib is missing: fix configs/hardware/new_chip.yaml" in message
 
@@ -180,18 +191,6 @@ def test_every_shipped_engine_builds_with_sources(option):
     for key in ("batching", "decode_step_overhead_s", "weight_sync_fixed_s", "mode_switch_s", "max_num_seqs",
                 "gpu_memory_utilization"):
         assert profile.sources[key].strip(), key
-
-
-def test_engine_errors_name_the_keys():
-    cfg = load_config(["engine=vllm", "engine.batching=paged", "engine.decode_step_overhead_s=0",
-                       "engine.gpu_memory_utilization=1.2"])
-    with pytest.raises(ProfileError) as info:
-        engine_profile_from_config(cfg.engine)
-    message = str(info.value)
-    assert "3 problem(s) in engine profile 'vllm'" in message
-    assert "engine.batching='paged' is not one of continuous, static: fix configs/engine/vllm.yaml" in message
-    assert "engine.decode_step_overhead_s=0.0 must be > 0" in message
-    assert "engine.gpu_memory_utilization=1.2 must be <= 1" in message
 
 
 # --------------------------------------------------------------------- experiments
