@@ -12,47 +12,8 @@ mindspeed_rl_asp/integrations/mindspeed/config_import.py.
 from __future__ import annotations
 
 import sys
-from typing import Optional, Sequence
 
-CONFIG_FLAG = "--mindspeed-config"
-MODEL_DIR_FLAG = "--model-dir"
-
-
-def _take_value(argv: list[str], flag: str) -> Optional[str]:
-    """Remove ``flag VALUE`` (or ``flag=VALUE``) from argv and return VALUE."""
-    from .common import UserError
-
-    for i, arg in enumerate(argv):
-        if arg == flag:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
-                raise UserError(f"{flag} needs a value: {flag} PATH")
-            value = argv[i + 1]
-            del argv[i:i + 2]
-            return value
-        if arg.startswith(flag + "="):
-            del argv[i]
-            return arg.split("=", 1)[1]
-    return None
-
-
-def expand_mindspeed_config(argv: Sequence[str], out=None) -> list[str]:
-    """``argv`` with ``--mindspeed-config FILE [--model-dir DIR]`` replaced by the imported
-    overrides, the user's own overrides after them (and winning: a key set by both keeps
-    the user's). Prints what was imported to ``out`` (stdout). Without the flag: argv."""
-    from ..integrations.mindspeed.config_import import import_file, merge_overrides
-
-    argv = list(argv)
-    path = _take_value(argv, CONFIG_FLAG)
-    model_dir = _take_value(argv, MODEL_DIR_FLAG)
-    if path is None:
-        return argv
-    flags = [a for a in argv if a.startswith("-")]
-    user = [a for a in argv if not a.startswith("-")]
-    result = import_file(path, model_dir, user)
-    print(result.describe(), file=out or sys.stdout, flush=True)
-    if user:
-        print(f"# then your {len(user)} override(s), which win: {' '.join(user)}", file=out or sys.stdout)
-    return merge_overrides(result.overrides, user) + flags
+from ..integrations.mindspeed.config_import import CONFIG_FLAG, expand_mindspeed_config
 
 
 def main(argv=None) -> int:

@@ -185,7 +185,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a == "--mindspeed-config" or a.startswith("--mindspeed-config=") for a in argv):
         from .common import expected_errors
-        from .import_mindspeed import expand_mindspeed_config
+        from ..integrations.mindspeed.config_import import expand_mindspeed_config
 
         try:  # a MindSpeed-RL job YAML: its overrides first, the user's after them (and winning)
             argv = expand_mindspeed_config(argv)
