@@ -128,7 +128,9 @@ class ImportResult:
             "(rl_config.actor_resource.num_npus)" + ("; so does mode=hybrid:" if lay.hybrid else "; ASP splits them:"),
             f"  {split}.",
             "  For a split tuned to this job (instance size, staleness, minibatch size) run:",
-            "  asp-plan-layout " + " ".join(self.overrides) + "   (it sweeps the split and drops the keys it sweeps)",
+            # The simulator draws lengths from sim.* (or sim.lengths_file), not from the data: no task keys.
+            "  asp-plan-layout " + " ".join(o for o in self.overrides if o.split("=")[0].split(".")[0] != "task")
+            + "   (it sweeps the split and drops the keys it sweeps)",
         ])
 
     def describe(self) -> str:
