@@ -62,18 +62,16 @@ def main(argv=None) -> int:
     job = _take(argv, "--mindspeed-config", with_value=True)
     head = next((a.split("=", 1)[1] for a in argv if a.startswith("head=")), None)
     overrides = [a for a in argv if not a.startswith("head=")]
-    driver_extra = []
+    driver_extra, composed = [], overrides
     if job is not None:  # a MindSpeed-RL job: launch the layout its import maps to, the driver imports it again
-        from ..integrations.mindspeed.config_import import import_file
+        from ..integrations.mindspeed.config_import import import_file, merge_overrides
         from .common import expected_errors
 
         try:
-            layout_name = import_file(job, None, overrides).layout.name
+            composed = merge_overrides(import_file(job, None, overrides).overrides, overrides)
         except expected_errors() as error:
             print(f"asp-launch: error: {error}", file=sys.stderr)
             return 2
-        if not any(a.startswith("layout=") for a in overrides):
-            overrides.append(f"layout={layout_name}")
         driver_extra = ["--mindspeed-config", str(job)]
 
     def launch(cfg) -> int:
@@ -109,7 +107,7 @@ def main(argv=None) -> int:
               f"{wait_command(layout, cfg.mode.name, head, timeout_s)} && \\\n  {driver}")
         return 0
 
-    return run_command("asp-launch", __doc__.strip().splitlines()[0], launch, overrides)
+    return run_command("asp-launch", __doc__.strip().splitlines()[0], launch, composed)
 
 
 if __name__ == "__main__":
