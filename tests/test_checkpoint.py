@@ -152,3 +152,14 @@ def test_resume_refuses_group_overrides_and_another_run_dir(saved_run, tmp_path)
         resume_config(str(saved_run), [f"run_dir={tmp_path / 'other'}"])
     with pytest.raises(ConfigError, match="unknown config key 'rl.global_batch'"):
         resume_config(str(saved_run), ["rl.global_batch=3"])
+
+
+def test_asp_train_resume_without_a_checkpoint_writes_nothing(saved_run, capsys):
+    from mindspeed_rl_asp.cli.train import main
+
+    before = {p.name: p.stat().st_mtime_ns for p in saved_run.iterdir()}
+    assert main([f"resume={saved_run}"]) == 2
+    assert "nothing to resume from" in capsys.readouterr().err
+    assert main([f"resume={saved_run}", "rl.n_samples_per_prompt=8"]) == 2
+    assert "rl.n_samples_per_prompt: saved 4, given 8" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in saved_run.iterdir()} == before

@@ -231,3 +231,45 @@ def test_vllm_actor_swaps_collective_versions_in_place(ray_cluster, tmp_path):
     loads = [s for s in spans if s["kind"] == "load_weights"]
     assert loads and all(s["info"]["transport"] == "collective" for s in loads)
     assert generated_only_with_loaded_versions(spans)
+
+
+def test_checkpoint_taken_on_one_rank_resumes_on_two(ray_cluster, tmp_path):
+    """A checkpoint after one single-rank step, loaded into 2 FSDP ranks: their next step
+    equals the single rank's next step (the AdamW moments came back, resharded), while a
+    trainer given only the weights (fresh moments) steps elsewhere."""
+    from mindspeed_rl_asp.runtime.distributed import connect_trainer_ranks
+    from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
+
+    ray = ray_cluster
+    cfg = load_config(["task.num_prompts=24", "generate.sampling_config.max_tokens=64", "rl.global_batch_size=4",
+                       "rl.mini_batch_size=4", "rl.n_samples_per_prompt=3", "rl.micro_batch_size=4",
+                       "scheduler.base_batch_size=2"])
+    ids, payload, _ = sample(cfg, cfg.rl.global_batch_size)
+    args = list(worker_args(cfg))
+    actor = ray.remote(num_cpus=1)(TrainingWorker)
+    single = actor.remote(*args)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    others = []
+    try:
+        ray.get(single.train_step.remote(0, ids, payload))
+        ray.get(single.save_checkpoint.remote(str(ckpt)))
+        resumed_args = [args[0], str(ckpt / "policy"), *args[2:]]
+        *ranks, weights_only = others = [actor.remote(*resumed_args) for _ in range(3)]
+        ray.get([a.ready.remote() for a in others])
+        connect_trainer_ranks(ranks, "cpu", local=True)
+        ray.get([r.load_checkpoint.remote(str(ckpt)) for r in ranks])
+        ray.get(single.train_step.remote(1, ids, payload))
+        ray.get([r.train_step.remote(0, ids, payload) for r in ranks])
+        ray.get(weights_only.train_step.remote(0, ids, payload))
+        w1 = ray.get(single.export_weights.remote()).tensors
+        w2 = ray.get([r.export_weights.remote() for r in ranks])[0].tensors
+        fresh = ray.get(weights_only.export_weights.remote()).tensors
+    finally:
+        for a in (single, *others):
+            ray.kill(a)
+    differs = 0
+    for name in w1:
+        assert float((w2[name] - w1[name]).norm()) <= 1e-5 * float(w1[name].norm()) + 1e-12, name
+        differs += float((fresh[name] - w1[name]).norm()) > 1e-4 * float(w1[name].norm())
+    assert differs > len(w1) // 2   # without the optimizer state the step is a different one
