@@ -116,7 +116,7 @@ def dependency_dirs() -> list[str]:
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_runs_asp_train_dry_run_outside_the_checkout(wheel, tmp_path):
+def test_an_installed_wheel_runs_from_a_directory_outside_the_checkout(wheel, tmp_path):
     built, _ = wheel
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -151,3 +151,10 @@ def test_an_installed_wheel_runs_asp_train_dry_run_outside_the_checkout(wheel, t
     assert run.returncode == 0, run.stdout + run.stderr
     assert "plan:" in run.stdout and "task maze" in run.stdout
     assert list(elsewhere.iterdir()) == [], "a dry run writes nothing"
+
+    # The shipped tiny policy loads and samples from the installed package.
+    sampled = subprocess.run([str(env_dir / "bin" / "asp-generate"), "task.num_prompts=4", "rl.n_samples_per_prompt=2",
+                              "generate.sampling_config.max_tokens=8", f"run_dir={tmp_path / 'generated'}"],
+                             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert sampled.returncode == 0, sampled.stdout + sampled.stderr
+    assert (tmp_path / "generated" / "samples.jsonl").read_text().count("\n") == 8
