@@ -205,8 +205,24 @@ def test_a_key_that_cannot_be_honoured_is_refused(section, key, value, fix):
     j[section][key] = value
     if key == "verifier_function":
         j[section]["verifier_weight"] = [1.0]
-    message = refused(f"{section}.{key}", j)
+    message = refused(f"{section}.{key}", j, ["engine=hf"])   # this project's own trainer
     assert fix in message
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("actor_config", "adam_beta2", 0.95), ("actor_config", "lr_decay_style", "cosine"),
+    ("actor_config", "lr_warmup_fraction", 0.1), ("rl_config", "entropy_coeff", 0.01),
+    ("rl_config", "kl_penalty", "abs")])
+def test_engine_mindspeed_honours_its_actors_keys(section, key, value):
+    """With engine=mindspeed (the default on NPU layouts) MindSpeed-RL's own actor trains from
+    the same YAML, so its optimizer, schedule and loss keys are honoured there, not refused."""
+    j = job()
+    j[section][key] = value
+    result = import_job(j, MODEL_GROUP, shipped_layouts(), [], reward_registry_names(), source="job.yaml")
+    assert any(i.key == f"{section}.{key}" and "MindSpeed-RL's own Megatron actor" in i.reason for i in result.ignored)
+    assert "engine.mindspeed_config=job.yaml" in result.overrides
+    with pytest.raises(MindSpeedImportError, match=f"{section}.{key}.*or train with engine=mindspeed"):
+        run(j, ["engine=hf"])
 
 
 def test_sampling_min_p_is_refused():

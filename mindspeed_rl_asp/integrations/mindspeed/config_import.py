@@ -153,7 +153,10 @@ Handler = Callable[["_Builder", str, Any], None]
 class _Builder:
     """Collects targets (override key -> value) and ignored keys while the rules run."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str = "hf") -> None:
+        # engine=mindspeed trains with MindSpeed-RL's own actor, which reads the same YAML:
+        # its optimizer, schedule and loss keys are honoured there (ACTOR_HONOURS).
+        self.engine = engine
         self.values: dict[str, Any] = {}
         self.ignored: list[Ignored] = []
         self.seen: dict[str, Any] = {}     # "section.key" -> value, for cross-key rules
@@ -202,12 +205,22 @@ def ignore(reason: str) -> Handler:
     return lambda b, key, value: b.ignore(key, reason)
 
 
-def only(accepted: Sequence[Any], why: str, fix: str, reason: str) -> Handler:
+ACTOR_HONOURS = ("with engine=mindspeed MindSpeed-RL's own Megatron actor trains from this YAML "
+                 "(engine.mindspeed_config) and applies it")
+
+
+def only(accepted: Sequence[Any], why: str, fix: str, reason: str, actor: bool = False) -> Handler:
     """A key whose accepted values are what this project does anyway (recorded as ignored
-    with ``reason``); any other value is refused with ``why`` and ``fix``."""
+    with ``reason``); any other value is refused with ``why`` and ``fix``. ``actor``: a key
+    of MindSpeed-RL's actor (optimizer, schedule, loss), which engine=mindspeed honours
+    whatever its value."""
     def handle(b: _Builder, key: str, value: Any) -> None:
+        if actor and b.engine == "mindspeed":
+            b.ignore(key, f"{value!r}: {ACTOR_HONOURS}")
+            return
         if not any(_same(value, a) for a in accepted):
-            raise refuse(key, value, why, fix)
+            raise refuse(key, value, why, fix + " (or train with engine=mindspeed, whose MindSpeed-RL actor "
+                         "honours it)" if actor else fix)
         b.ignore(key, reason)
     return handle
 
@@ -272,10 +285,10 @@ MEGATRON_KEYS: dict[str, Handler] = {
     "lr_decay_style": note, "lr_warmup_fraction": note, "lr_warmup_iters": note, "min_lr": note,
     "weight_decay": to("train.weight_decay", float),
     "clip_grad": to("train.clip_grad", float),
-    "adam_beta1": only([0.9], "the optimizer's beta1 is fixed here", ADAM_FIX, "torch AdamW's beta1 0.9"),
-    "adam_beta2": only([0.999], "the optimizer's beta2 is fixed here", ADAM_FIX, "torch AdamW's beta2 0.999"),
-    "attention_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout"),
-    "hidden_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout"),
+    "adam_beta1": only([0.9], "the optimizer's beta1 is fixed here", ADAM_FIX, "torch AdamW's beta1 0.9", True),
+    "adam_beta2": only([0.999], "the optimizer's beta2 is fixed here", ADAM_FIX, "torch AdamW's beta2 0.999", True),
+    "attention_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
+    "hidden_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
     "init_method_std": ignore("initialisation of new weights; the policy is loaded, never initialised"),
     "load": ignore(CHECKPOINT), "save": ignore(CHECKPOINT), "finetune": ignore(CHECKPOINT),
     "no_load_optim": ignore(CHECKPOINT), "no_load_rng": ignore(CHECKPOINT),
@@ -328,7 +341,7 @@ RL_KEYS: dict[str, Handler] = {
     "gamma": ignore("GAE discount; unused by group_norm advantages"),
     "lam": ignore("GAE lambda; unused by group_norm advantages"),
     "advantage_whiten": ignore("GAE whitening; unused by group_norm advantages"),
-    "entropy_coeff": only([0.0], "the loss has no entropy bonus", "set entropy_coeff: 0", "no entropy bonus"),
+    "entropy_coeff": only([0.0], "the loss has no entropy bonus", "set entropy_coeff: 0", "no entropy bonus", True),
     "use_kl_in_reward": only([False], "the KL term is in the loss here, never in the reward",
                              "set use_kl_in_reward: false (init_kl_coef then weights the KL in the loss)",
                              "KL in the loss (algo.kl_coef)"),
@@ -566,20 +579,25 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
                      f"use a GRPO or DAPO job (stage: {' or '.join(GRPO_STAGES)})")
     # The learning-rate schedule: constant, no warm-up.
     style = s.get("actor_config.lr_decay_style", s.get("megatron_training.lr_decay_style", "constant"))
-    if style != "constant":
+    actor = b.engine == "mindspeed"
+    if style != "constant" and not actor:
         raise refuse("actor_config.lr_decay_style", style, "this project's trainer keeps the learning rate constant",
-                     "set lr_decay_style: constant")
+                     "set lr_decay_style: constant (or train with engine=mindspeed, whose MindSpeed-RL actor "
+                     "honours it)")
     for key in ("lr_warmup_fraction", "lr_warmup_iters"):
         for section in ("megatron_training", "actor_config"):
             value = s.get(f"{section}.{key}")
-            if value is not None and not _same(value, 0):
-                raise refuse(f"{section}.{key}", value, "there is no learning-rate warm-up here", f"set {key}: 0")
+            if value is not None and not _same(value, 0) and not actor:
+                raise refuse(f"{section}.{key}", value, "there is no learning-rate warm-up here",
+                             f"set {key}: 0 (or train with engine=mindspeed, whose MindSpeed-RL actor honours it)")
             if value is not None:
-                b.ignore(f"{section}.{key}", "no warm-up (constant learning rate)")
+                b.ignore(f"{section}.{key}", f"{value!r}: {ACTOR_HONOURS}" if actor else
+                         "no warm-up (constant learning rate)")
     for section in ("megatron_training", "actor_config"):
         for key in ("lr_decay_style", "min_lr"):
             if f"{section}.{key}" in s:
-                b.ignore(f"{section}.{key}", "constant learning rate (train.lr)")
+                b.ignore(f"{section}.{key}", f"{s[f'{section}.{key}']!r}: {ACTOR_HONOURS}" if actor else
+                         "constant learning rate (train.lr)")
     # Clipping: symmetric clip_ratio, or DAPO's clip-higher pair.
     if s.get("rl_config.clip_higher_enable"):
         b.set("algo.clip_ratio_low", _number("rl_config.clip_ratio_low", s.get("rl_config.clip_ratio_low", 0.1)))
@@ -603,10 +621,15 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
             b.ignore(f"rl_config.{key}", "adaptive KL control is off (kl_ctrl_type: fixed)")
     penalty = s.get("rl_config.kl_penalty", "low_var_kl")
     estimators = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
-    if penalty not in estimators:
+    if penalty not in estimators and not (actor and penalty == "abs"):
         raise refuse("rl_config.kl_penalty", penalty, "this project's KL estimators are kl (k1), mse (k2) and "
-                     "low_var_kl (k3)", "choose one of kl, mse, low_var_kl")
-    b.set("algo.kl_estimator", estimators[penalty])
+                     "low_var_kl (k3)", "choose one of kl, mse, low_var_kl" + (
+                         " (or train with engine=mindspeed, whose MindSpeed-RL actor honours abs)"
+                         if penalty == "abs" else ""))
+    if penalty in estimators:
+        b.set("algo.kl_estimator", estimators[penalty])
+    else:   # engine=mindspeed: MindSpeed-RL's loss applies kl_penalty itself
+        b.ignore("rl_config.kl_penalty", f"{penalty!r}: {ACTOR_HONOURS}")
     b.set("algo.kl_coef", _number("rl_config.init_kl_coef", s.get("rl_config.init_kl_coef", 0.01)))
     b.set("algo.scale_advantages", True)
     token_level = s.get("rl_config.token_level_loss", True)
@@ -699,6 +722,14 @@ def _queue_rules(b: _Builder, layout: LayoutMapping, user_overrides: Sequence[st
     b.set("mode.queue_capacity", (gbs + group * (chosen("base_batch_size", 4) + chosen("slack", 1))) * n)
 
 
+def _engine_has(key: str) -> bool:
+    from dataclasses import fields
+
+    from ...config.schema import EngineConfig
+
+    return key in {f.name for f in fields(EngineConfig)}
+
+
 def _format(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -741,7 +772,6 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     """
     if not isinstance(job, Mapping):
         raise MindSpeedImportError(f"a MindSpeed-RL job YAML is a mapping of sections, got {type(job).__name__}")
-    b = _Builder()
     for section in job:
         if section in IGNORED_SECTIONS:
             b.ignore(section, IGNORED_SECTIONS[section])
@@ -754,6 +784,20 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
         if section not in job:
             raise MindSpeedImportError(f"MindSpeed-RL section {section} is missing; a GRPO job has "
                                        f"{', '.join(SECTIONS[1:])}")
+    # Resources -> layout, and the layout -> the engine, first: which keys are honoured depends on the trainer.
+    rl = job["rl_config"] if isinstance(job["rl_config"], Mapping) else {}
+    resource = rl.get("actor_resource")
+    if not isinstance(resource, Mapping) or "num_npus" not in resource:
+        raise MindSpeedImportError("MindSpeed-RL key rl_config.actor_resource.num_npus is missing; write "
+                                   "actor_resource: {num_npus: N} with the job's NPU count")
+    for key in resource:
+        if key != "num_npus":
+            raise _unknown_key(f"rl_config.actor_resource.{key}", {"num_npus": note})
+    num_npus = _number("rl_config.actor_resource.num_npus", resource["num_npus"], int)
+    hybrid = _user_choice(user_overrides, "mode") == "hybrid"
+    layout = choose_layout(num_npus, layouts, hybrid, _user_choice(user_overrides, "layout"))
+    engine = _user_choice(user_overrides, "engine") or ("mindspeed" if layout.device_type == "npu" else "hf")
+    b = _Builder(engine)
     name = model_group_name(job)
     _model_overrides(b, name, model_group)
     for section in ("megatron_training", "actor_config", "rl_config", "generate_config"):
@@ -769,17 +813,6 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     _cross_key_rules(b, user_overrides, reward_names)
     if "megatron_training.stage" in b.seen:
         b.ignore("megatron_training.stage", f"{b.seen['megatron_training.stage']}: GRPO (ASP runs GRPO)")
-    # Resources -> layout.
-    resource = b.seen.get("rl_config.actor_resource")
-    if not isinstance(resource, Mapping) or "num_npus" not in resource:
-        raise MindSpeedImportError("MindSpeed-RL key rl_config.actor_resource.num_npus is missing; write "
-                                   "actor_resource: {num_npus: N} with the job's NPU count")
-    for key in resource:
-        if key != "num_npus":
-            raise _unknown_key(f"rl_config.actor_resource.{key}", {"num_npus": note})
-    num_npus = _number("rl_config.actor_resource.num_npus", resource["num_npus"], int)
-    hybrid = _user_choice(user_overrides, "mode") == "hybrid"
-    layout = choose_layout(num_npus, layouts, hybrid, _user_choice(user_overrides, "layout"))
     instance = b.values["layout.infer_instance_size"]
     if layout.devices_per_node % instance:
         raise MindSpeedImportError(
@@ -796,6 +829,9 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
         b.set("engine", "mindspeed")
         b.set("hardware", "ascend910b3")
         b.set("weights.transport", "collective")
+    if engine == "mindspeed" and source and _engine_has("mindspeed_config"):
+        # Its Megatron actor is built from the same YAML (integrations/mindspeed/engine.py).
+        b.set("engine.mindspeed_config", source)
     groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
     keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
     parallel = {"tp": b.values.get("model.tensor_model_parallel_size", 1),
