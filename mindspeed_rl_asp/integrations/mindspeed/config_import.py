@@ -136,7 +136,8 @@ class ImportResult:
     def describe(self) -> str:
         lines = [f"# {len(self.overrides)} override(s) from {self.source or 'the MindSpeed-RL job'}:"]
         lines += [f"  {o}" for o in self.overrides]
-        lines.append(f"# {len(self.ignored)} key(s) ignored (they change speed or bookkeeping, not the algorithm):")
+        lines.append(f"# {len(self.ignored)} key(s) ignored: no override needed (each with why: speed or bookkeeping "
+                     "only, what this project does anyway, or applied by MindSpeed-RL's own actor):")
         lines += [f"  {i.key}: {i.reason}" for i in self.ignored]
         lines.append(self.describe_layout())
         return "\n".join(lines)
