@@ -32,7 +32,8 @@ def read(run_dir):
     return summary, metrics
 
 
-def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch):
+@pytest.mark.parametrize("predictor", ["reference", "lm"])
+def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch, predictor):
     rows = [{"problem": f"What is {i} * 3?", "answer": str(3 * i),
              "solution": f"<think>{i} times 3</think> \\boxed{{{3 * i}}}"} for i in range(8)]
     train, held = jsonl(tmp_path / "train.jsonl", rows), jsonl(tmp_path / "held.jsonl", rows[:3])
@@ -40,14 +41,17 @@ def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir,
         "def mentions_answer(response, prompt):\n    return float(prompt.answer in response)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # importable here; the trainer actor gets the path from the task
     run_dir = tmp_path / "run"
-    # The planner (asp, predictor=reference) reads each prompt's length off its reference solution.
+    # The planner (asp) reads each prompt's length off its reference solution (predictor=reference)
+    # or from a length predictor fitted on the random Qwen3's own samples (lm).
     rc = main(["task=dataset", f"task.path={train}", f"task.eval_path={held}", "task.prompt_key=problem",
-               "task.reference_key=solution",
+               "task.reference_key=solution", f"scheduler.predictor={predictor}",
                "task.verifier_function=[math_verify,e2e_user_rewards:mentions_answer]",
                "task.verifier_weight=[1.0,0.1]", f"model.path={qwen3_dir}", f"run_dir={run_dir}", *SMALL])
     assert rc == 0
     summary, metrics = read(run_dir)
     assert summary["steps"] == 2 and summary["task"]["prompts"] == 8
+    if predictor == "lm":
+        assert json.loads((run_dir / "predictor.json").read_text())["kind"] == "lm"
     assert summary["task"]["rewards"] == ["math_verify", "e2e_user_rewards:mentions_answer"]
     assert (summary["task"]["correctness_reward"], summary["task"]["integrity_reward"]) == \
         ("math_verify", "nonempty_answer")
@@ -71,9 +75,10 @@ def test_maze_rows_in_the_datasets_own_layout(ray_cluster, tmp_path, qwen3_dir):
     path = tmp_path / "maze_rows.parquet"
     datasets.Dataset.from_list(rows).to_parquet(str(path))
     run_dir = tmp_path / "run"
-    # The rows carry no reference response: fifo plans them without lengths.
+    # The rows carry no reference length: the lm predictor, fitted on samples of the
+    # starting policy (the paper's step 1), gives the planner its lengths.
     rc = main(["task=maze_dataset", f"task.path={path}", "task.correctness_reward=mazebench_correctness",
-               "scheduler=fifo", "scheduler.slack=0", "rl.max_prompt_length=512", f"model.path={qwen3_dir}",
+               "scheduler=asp", "scheduler.predictor=lm", "rl.max_prompt_length=512", f"model.path={qwen3_dir}",
                f"run_dir={run_dir}", *SMALL])
     assert rc == 0
     summary, metrics = read(run_dir)
@@ -83,4 +88,6 @@ def test_maze_rows_in_the_datasets_own_layout(ray_cluster, tmp_path, qwen3_dir):
                                                     "alphamaze_correctness"}
     assert "held_out" not in summary and summary["training_prompts"]["change"]["correctness"]["prompts"] == 2
     plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["planner"] == "fifo" and plan["groups"]
+    assert plan["planner"] != "fifo" and plan["groups"]
+    assert json.loads((run_dir / "predictor.json").read_text())["kind"] == "lm"
+    assert (run_dir / "length_predictor" / "meta.json").is_file()
