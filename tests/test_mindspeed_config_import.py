@@ -241,6 +241,8 @@ def test_num_npus_inconsistent_with_the_chosen_layout():
                       ["layout=ascend910b3_t4g4"])
     assert "64" in message
     assert "layout=NAME" in refused("rl_config.actor_resource.num_npus=16: no shipped", j)
+    j["rl_config"]["actor_resource"]["num_npus"] = 3
+    assert "layout=local has 3 non-NPU devices" in refused("num_npus=3: no shipped", j)
 
 
 def test_missing_model_group():

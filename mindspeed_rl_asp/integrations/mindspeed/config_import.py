@@ -551,10 +551,13 @@ def choose_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], hybri
     if not candidates:
         sizes = sorted({devices(lay) for name, lay in layouts.items() if lay.get("device_type") == "npu"
                         and name.endswith("_hybrid") == hybrid})
+        other = sorted(name for name, lay in layouts.items() if lay.get("device_type") != "npu"
+                       and name.endswith("_hybrid") == hybrid and devices(lay) == num_npus)
+        hint = f" ({', '.join(f'layout={n}' for n in other)} has {num_npus} non-NPU devices)" if other else ""
         raise MindSpeedImportError(
             f"MindSpeed-RL key {key}={num_npus}: no shipped {'hybrid' if hybrid else 'T/G'} NPU layout has "
             f"{num_npus} NPUs (they have {', '.join(map(str, sizes))}); pass layout=NAME for a layout of "
-            f"{num_npus} devices (write one in configs/layout/ for your cluster) or set {key} to one of those")
+            f"{num_npus} devices{hint} (write one in configs/layout/ for your cluster) or set {key} to one of those")
     name, lay = min(candidates, key=lambda c: (abs(c[1]["train_nodes"] - c[1]["gen_nodes"]), -c[1]["train_nodes"],
                                                 c[0]))
     rule = (f"chosen by the rule: of the shipped NPU layouts with {num_npus} NPUs "
