@@ -2,7 +2,9 @@
 import subprocess
 import sys
 
-FORBIDDEN = ("torch_npu", "vllm", "mindspeed", "megatron")
+# mindspeed covers mindspeed_rl by prefix below only if spelled out: the check compares
+# top-level module names, so MindSpeed-RL's package and vllm-ascend's are listed too.
+FORBIDDEN = ("torch_npu", "vllm", "vllm_ascend", "mindspeed", "mindspeed_rl", "megatron")
 
 CHECK = """
 import importlib, pkgutil, sys
@@ -18,6 +20,11 @@ def test_no_accelerator_stack_on_import():
     out = subprocess.run([sys.executable, "-c", CHECK.format(forbidden=set(FORBIDDEN))],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"imported: {out.stdout.strip()}"
+
+
+def test_forbidden_names_are_the_ones_the_integration_must_avoid():
+    # The MindSpeed-RL integration (integrations/mindspeed/) must stay import-guarded.
+    assert {"mindspeed_rl", "torch_npu", "megatron", "vllm_ascend"} <= set(FORBIDDEN)
 
 
 def test_package_import_is_light():

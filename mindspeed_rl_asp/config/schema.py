@@ -112,6 +112,10 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
+    # engine=mindspeed (integrations/mindspeed/engine.py): the MindSpeed-RL GRPO YAML its
+    # Megatron actor is built from (megatron_training / actor_config / rl_config /
+    # generate_config / model sections).
+    mindspeed_config: str = ""
     # Engine profile for the simulator (sim/profiles.EngineProfile): "continuous" (vLLM)
     # or "static" (HF generate) batching, seconds per decode step outside the kernels,
     # per weight refresh besides the transfer, and per train <-> generate switch in
@@ -271,6 +275,11 @@ class TrainConfig:
     # ranks train data-parallel, sharded with FSDP2, one Ray actor per device, over
     # torch.distributed (gloo on cpu, nccl on gpu, hccl on npu: layout.device_type).
     ranks: Any = 1
+    # Where a step's samples travel inside the Training Unit: "local" (Ray payloads as
+    # they are), "transfer_dock" or "transfer_queue" (MindSpeed-RL's own data channel, so
+    # its stages read ASP's samples; needs mindspeed_rl importable and one trainer rank:
+    # integrations/mindspeed/queue.py). The control rules stay in control/ either way.
+    data_channel: str = "local"
 
 
 def training_devices(layout, mode_name: str) -> int:
@@ -353,6 +362,19 @@ class WeightsConfig:
 
 
 @dataclass
+class FaultConfig:
+    """What a run does when a generation actor's process dies (runtime/generation_unit.py).
+
+    ``actor_restarts``: how many times Ray restarts each generation actor (its process
+    starts again from the starting checkpoint and is brought up to date before it
+    generates); once they are spent the actor is retired and the run goes on with the
+    others (it stops, with a clear error, only when none is left). 0: retire at once.
+    """
+
+    actor_restarts: int = 1
+
+
+@dataclass
 class RootConfig:
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -369,6 +391,7 @@ class RootConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
     seed: int = 0
     steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

@@ -20,7 +20,9 @@ class _StubMeta(type):
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return stub_class(f"{cls.__qualname__}.{name}")
+        value = stub_class(cls.__module__, f"{cls.__qualname__}.{name}")
+        type.__setattr__(cls, name, value)   # the same object next time (pickled by reference)
+        return value
 
     def __call__(cls, *args, **kwargs):
         # Used as a decorator (``@stub``): keep the decorated function.
@@ -35,18 +37,22 @@ class _StubMeta(type):
         return False
 
 
-def stub_class(name: str) -> type:
-    return _StubMeta(name.rsplit(".", 1)[-1], (), {"__qualname__": name, "__init__": lambda self, *a, **k: None,
-                                                     "__getattr__": lambda self, n: stub_class(f"{name}.{n}")})
+def stub_class(module: str, qualname: str) -> type:
+    cls = _StubMeta(qualname.rsplit(".", 1)[-1], (), {"__init__": lambda self, *a, **k: None})
+    cls.__module__, cls.__qualname__ = module, qualname
+    return cls
 
 
-class StubModule(types.ModuleType):
-    def __getattr__(self, name):
+def _module_getattr(module_name: str):
+    """PEP 562 ``__getattr__`` for a stub module: any missing name is an inert class, kept
+    on the module so that cloudpickle (Ray) pickles it, and the module, by reference."""
+    def __getattr__(name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        value = stub_class(f"{self.__name__}.{name}")
-        setattr(self, name, value)
+        value = stub_class(module_name, name)
+        setattr(sys.modules[module_name], name, value)
         return value
+    return __getattr__
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -61,8 +67,9 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        module = StubModule(spec.name)
+        module = types.ModuleType(spec.name)
         module.__path__ = []
+        module.__getattr__ = _module_getattr(spec.name)
         return module
 
     def exec_module(self, module):
@@ -75,7 +82,7 @@ _FINDER = _StubFinder()
 def make_stub(module_globals: dict) -> None:
     """Turn the calling package (``torch_npu/__init__.py`` ...) into a permissive stub."""
     name = module_globals["__name__"]
-    sys.modules[name].__class__ = StubModule
+    module_globals["__getattr__"] = _module_getattr(name)
     _FINDER.roots.add(name)
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)

@@ -245,4 +245,6 @@ def make_channel(kind: str, prompts_num: int, n_samples_per_prompt: int) -> Dock
     channel = DockChannel(lambda name, **kw: getattr(client, name)(topic=topic, **kw), layout,
                           lambda: client.clear_topic(topic=topic))
     channel.handle = client
+    # A named, non-detached Ray actor lives as long as its creator's handle: keep it.
+    channel.manager = manager
     return channel

@@ -1,0 +1,371 @@
+"""``engine=mindspeed``: the Training Unit drives MindSpeed-RL's own Megatron actor and
+reference workers on the T nodes; generation is this project's vLLM engine on
+vllm-ascend (``engines/vllm_engine.py``, ``engines/vllm_platform.py``) on the G nodes.
+
+How it fits the training-engine protocol (``engines/base.py``): the Training Unit
+(``runtime/training_unit.py``) stays as it is. Each call puts its rows into a
+``GRPOTransferDock`` sized to the call (``queue.DockLayout``: sample ``i`` is row ``i``)
+with the columns MindSpeed-RL's stages read, runs the stage on every worker of the
+group, and reads the stage's output column back:
+
+* ``logprobs``   -> ``RayActorGroup(ActorHybridWorker).compute_log_prob`` -> ``old_log_prob``
+* reference      -> ``RayActorGroup(ReferenceWorker).compute_ref_log_prob`` -> ``ref_log_prob``
+* ``train_step`` -> the batch's ``advantages`` (this project's GRPO advantages: the same
+  group normalisation as MindSpeed-RL's ``group_norm``, checked in the contract test),
+  ``old_log_prob`` (the behaviour or proximal log-probs) and ``ref_log_prob`` go into the
+  dock, then ``update(kl_ctrl=None, skip_actor_log_prob=False)``. The loss is MindSpeed-RL's own
+  (``GRPOActorLossFunc`` with ``clip_ratio``, ``kl_penalty``, ``entropy_coeff`` of its
+  ``rl_config``); ``loss_fn`` is not used, and the metrics say so.
+* ``state_tensors`` / ``export_weights`` -> every actor rank's Megatron parameters
+  (``asp_state_dict``, a method the ``ActorHybridWorker`` subclass below adds), mapped to
+  Hugging Face names and shapes by ``weight_map.megatron_to_hf``. The Training Unit sends
+  that through the weight transport it is configured with: ``weights.transport=collective``
+  is ``weights/collective.py`` over HCCL on NPUs (``layout.device_type=npu``), loaded by
+  the vLLM actors with vLLM's own ``load_weights`` (which fuses q/k/v and gate/up again).
+
+Configuration: ``engine.mindspeed_config`` names the MindSpeed-RL YAML (its
+``megatron_training`` / ``actor_config`` / ``ref_config`` / ``rl_config`` /
+``generate_config`` / ``model`` sections, ``integrations/mindspeed/config_import.py``
+reads the same file); the model provider, Megatron initialisation and module getter are
+MindSpeed-RL's own, from its checkout's ``cli/train_grpo.py``
+(``gpt_model_provider``, ``initialize_megatron``, ``get_megatron_module``).
+
+What has run and what has not (this machine has no NPU): the constructor signatures and
+methods this module calls are checked against the real classes (``check_mindspeed_api``,
+tests/test_mindspeed_contract.py with a checkout: ``inspect.signature``), the dock calls
+run for real on a local Ray (same test), and the weight map is tested everywhere. The
+rest is written against MindSpeed-RL's API and has NOT run: building the workers
+(``RayActorGroup(...).initialize()``: Megatron init, HCCL groups, the model on NPUs, the
+colocated vLLM that MindSpeed-RL's actor builds in ``initialize`` and this engine never
+uses for generation), ``compute_log_prob`` / ``compute_ref_log_prob`` / ``update`` on
+real ranks, and ``asp_state_dict`` on a real Megatron model.
+
+Importing this module imports nothing of MindSpeed-RL, Megatron or torch_npu; the class
+below imports them when it is built.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["MINDSPEED_API", "ApiCall", "check_mindspeed_api", "mindspeed_install_hint", "MindSpeedTrainingEngine",
+           "MindSpeedReferencePolicy", "MindSpeedEngineError", "load_cli_functions"]
+
+# This module imports nothing from engines/ (engines/registry.py imports it: integrations
+# is the higher layer there), so it has its own error and snapshot types; the Training
+# Unit reads a snapshot by its ``version`` and ``tensors`` only.
+
+
+class MindSpeedEngineError(RuntimeError):
+    """engine=mindspeed could not be built or used; the message says what to change."""
+
+
+@dataclass
+class ExportedWeights:
+    version: int
+    tensors: dict
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """One MindSpeed-RL callable this engine calls, with the parameters it passes."""
+
+    module: str
+    qualname: str
+    params: tuple[str, ...]
+
+
+# What this module calls, by keyword. ``check_mindspeed_api`` resolves each against the
+# real code (a Ray actor class is checked on the class it wraps).
+MINDSPEED_API = (
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.__init__",
+            ("worker", "placement_group", "megatron_config", "rl_config", "model_provider", "initialize_func",
+             "tokenizer", "generate_config", "get_megatron_module")),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.initialize", ()),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.compute_log_prob", ("blocking",)),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.compute_ref_log_prob", ("blocking",)),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.update", ("kl_ctrl", "skip_actor_log_prob")),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.sync_init_transfer_dock", ("transfer_dock",)),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.execute_sync_command", ("method_name",)),
+    ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.save_checkpoint", ("iteration",)),
+    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.__init__",
+            ("megatron_config", "rl_config", "generate_config", "model_provider", "initialize_func", "tokenizer",
+             "get_megatron_module")),
+    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.compute_log_prob", ()),
+    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.update",
+            ("kl_ctrl", "skip_actor_log_prob")),
+    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.init_transfer_dock", ("td",)),
+    ApiCall("mindspeed_rl.workers.reference_worker", "ReferenceWorker.__init__",
+            ("megatron_config", "rl_config", "generate_config", "model_provider", "initialize_func", "tokenizer",
+             "get_megatron_module")),
+    ApiCall("mindspeed_rl.workers.reference_worker", "ReferenceWorker.compute_ref_log_prob", ()),
+    ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.__init__",
+            ("prompts_num", "n_samples_per_prompt", "metrics", "GBS_train", "addition_columns")),
+    ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.put_experience", ("data_dict", "indexes")),
+    ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.get_experience",
+            ("consumer", "experience_columns", "indexes")),
+    ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.clear", ()),
+    ApiCall("mindspeed_rl.config_cls.megatron_config", "MegatronConfig.__init__", ("training_config", "model_config")),
+    ApiCall("mindspeed_rl.config_cls.rl_config", "RLConfig.__init__", ("config_dict",)),
+    ApiCall("mindspeed_rl.config_cls.generate_config", "GenerateConfig.__init__", ("config_dict",)),
+    ApiCall("mindspeed_rl.utils.tokenizer", "get_tokenizer", ("tokenizer_model",)),
+    ApiCall("mindspeed_rl.utils.metrics", "Metric.__init__", ()),
+)
+# From the checkout's cli/train_grpo.py (not a package): what RayActorGroup is given.
+CLI_FUNCTIONS = ("gpt_model_provider", "initialize_megatron", "get_megatron_module")
+
+
+def mindspeed_install_hint() -> str:
+    return ("engine=mindspeed needs MindSpeed-RL and its Ascend stack: a checkout of Ascend/MindSpeed-RL on "
+            "PYTHONPATH (and MINDSPEED_RL_CHECKOUT pointing to it, for its cli/train_grpo.py), its requirements "
+            "(MindSpeed, Megatron-LM, torch_npu, CANN, vllm-ascend), and engine.mindspeed_config naming the "
+            "MindSpeed-RL YAML; see docs/mindspeed_rl_adapters.md. On machines without NPUs use engine=hf or "
+            "engine=vllm")
+
+
+def _resolve(call: ApiCall) -> Any:
+    target: Any = importlib.import_module(call.module)
+    for part in call.qualname.split("."):
+        target = getattr(target, part)
+        # A Ray actor class wraps the class MindSpeed-RL wrote: check that one.
+        target = getattr(target, "__ray_actor_class__", target)
+    return target
+
+
+def check_mindspeed_api(calls: Sequence[ApiCall] = MINDSPEED_API) -> list[str]:
+    """Every call this engine makes whose target is missing or lacks a parameter it passes
+    (empty: the real code takes them all). Needs mindspeed_rl importable."""
+    problems = []
+    for call in calls:
+        try:
+            target = _resolve(call)
+        except (ImportError, AttributeError) as error:
+            problems.append(f"{call.module}.{call.qualname}: {type(error).__name__}: {error}")
+            continue
+        parameters = inspect.signature(target).parameters
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        missing = [p for p in call.params if p not in parameters and not takes_kwargs]
+        if missing:
+            problems.append(f"{call.module}.{call.qualname} takes no {missing} (it takes {list(parameters)})")
+    return problems
+
+
+def load_cli_functions(checkout: str | None = None) -> dict[str, Callable]:
+    """``gpt_model_provider``, ``initialize_megatron``, ``get_megatron_module`` from the
+    checkout's ``cli/train_grpo.py`` (MindSpeed-RL's own; its cli/ is not a package)."""
+    root = checkout or os.environ.get("MINDSPEED_RL_CHECKOUT")
+    if not root:
+        import mindspeed_rl
+
+        root = str(Path(mindspeed_rl.__file__).resolve().parents[1])
+    path = Path(root) / "cli" / "train_grpo.py"
+    if not path.is_file():
+        raise MindSpeedEngineError(f"no {path}: set MINDSPEED_RL_CHECKOUT to the MindSpeed-RL checkout")
+    spec = importlib.util.spec_from_file_location("mindspeed_rl_cli_train_grpo", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return {name: getattr(module, name) for name in CLI_FUNCTIONS}
+
+
+def _asp_state_dict(self) -> tuple[tuple[int, int, int], dict]:
+    """(pp, tp, ep) rank and this rank's Megatron parameters on CPU (stage-local names),
+    for ``weight_map.megatron_to_hf``. Runs inside MindSpeed-RL's actor (not run here)."""
+    model = self.model[0] if isinstance(self.model, (list, tuple)) else self.model
+    while hasattr(model, "module"):   # DDP / Float16Module wrappers
+        model = model.module
+    state = self.parallel_state
+    rank = (state.get_pipeline_model_parallel_rank(), state.get_tensor_model_parallel_rank(),
+            state.get_expert_model_parallel_rank() if hasattr(state, "get_expert_model_parallel_rank") else 0)
+    return rank, {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
+
+
+def _actor_worker_class():
+    """MindSpeed-RL's actor with ``asp_state_dict`` added, as a Ray actor class. Named
+    ``ActorHybridWorker`` on purpose: RayActorGroup looks its NPU count up by class name
+    (``launcher.resource_mapping``: ``rl_config.actor_resource``)."""
+    import ray
+    from mindspeed_rl.workers.actor_hybrid_worker import ActorHybridWorkerBase
+
+    cls = type("ActorHybridWorker", (ActorHybridWorkerBase,), {"asp_state_dict": _asp_state_dict})
+    return ray.remote(resources={"NPU": 0.7})(cls)
+
+
+def _read_yaml(path: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+class _DockCalls:
+    """A GRPOTransferDock per row count (the dock's size is its all-consumed condition),
+    handed to the worker groups when it changes."""
+
+    def __init__(self, groups: Sequence[Any]):
+        self.groups = groups
+        self.docks: dict[int, Any] = {}
+        self.current = None
+
+    def dock_for(self, rows: int):
+        import ray
+        from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+        from mindspeed_rl.utils.metrics import Metric
+
+        from .queue import ASP_COLUMNS
+
+        if rows not in self.docks:
+            self.docks[rows] = GRPOTransferDock.remote(prompts_num=rows, n_samples_per_prompt=1, metrics=Metric(),
+                                                       GBS_train=rows, addition_columns=list(ASP_COLUMNS))
+        dock = self.docks[rows]
+        ray.get(dock.clear.remote())
+        if dock is not self.current:
+            for group in self.groups:
+                group.sync_init_transfer_dock(dock)
+            self.current = dock
+        return dock
+
+    @staticmethod
+    def put(dock, columns: dict, rows: int) -> None:
+        import ray
+
+        ray.get(dock.put_experience.remote(data_dict=columns, indexes=list(range(rows))))
+
+    @staticmethod
+    def read(dock, column: str, lengths: Sequence[int]) -> list[list[float]]:
+        import ray
+
+        batch, index = ray.get(dock.get_experience.remote(consumer="trainer", experience_columns=[column],
+                                                          indexes=list(range(len(lengths)))))
+        values = batch[column]
+        return [values[i][:n].tolist() for i, n in zip(index, lengths)]
+
+
+def _rows(prompt_ids, response_ids) -> dict:
+    """The rollout columns of arbitrary rows (each its own n=1 group)."""
+    import torch
+
+    cols: dict[str, list] = {"prompts": [], "prompt_length": [], "responses": [], "response_length": [],
+                             "input_ids": []}
+    for prompt, response in zip(prompt_ids, response_ids):
+        p = torch.as_tensor(list(prompt), dtype=torch.int32)
+        r = torch.as_tensor(list(response), dtype=torch.int32)
+        cols["prompts"].append(p)
+        cols["prompt_length"].append(torch.tensor([len(p)], dtype=torch.int32))
+        cols["responses"].append(r)
+        cols["response_length"].append(torch.tensor([len(r)], dtype=torch.int32))
+        cols["input_ids"].append(torch.cat([p, r]))
+    return cols
+
+
+class MindSpeedTrainingEngine:
+    """The training-engine protocol over MindSpeed-RL's actor (see the module docstring;
+    written against its API, not run: there is no NPU here)."""
+
+    def __init__(self, engine_cfg, model_path: str, train_cfg=None, rl_cfg=None, temperature: float = 1.0):
+        from transformers import AutoConfig, AutoTokenizer
+
+        from .weight_map import ModelShape, Parallel
+
+        path = getattr(engine_cfg, "mindspeed_config", "") or ""
+        if not path:
+            raise MindSpeedEngineError("engine=mindspeed needs engine.mindspeed_config=FILE.yaml: the MindSpeed-RL GRPO "
+                              "YAML whose megatron_training / actor_config / rl_config / generate_config / model "
+                              "sections build its actor")
+        from mindspeed_rl.config_cls.generate_config import GenerateConfig
+        from mindspeed_rl.config_cls.megatron_config import MegatronConfig
+        from mindspeed_rl.config_cls.rl_config import RLConfig
+        from mindspeed_rl.utils.tokenizer import get_tokenizer
+        from mindspeed_rl.workers.reference_worker import ReferenceWorker
+        from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+
+        config = _read_yaml(path)
+        model_section = config.get("model")
+        actor_config = MegatronConfig({**config["megatron_training"], **config.get("actor_config", {})}, model_section)
+        ref_config = MegatronConfig({**config["megatron_training"], **config.get("ref_config", {})}, model_section)
+        self.rl_config = RLConfig(config["rl_config"])
+        generate_config = GenerateConfig(config["generate_config"])
+        cli = load_cli_functions()
+        tokenizer = get_tokenizer(tokenizer_model=actor_config.tokenizer_name_or_path,
+                                  prompt_type=getattr(actor_config, "prompt_type", None),
+                                  prompt_type_path=getattr(actor_config, "prompt_type_path", None))
+        common = dict(placement_group=None, rl_config=self.rl_config, generate_config=generate_config,
+                      model_provider=cli["gpt_model_provider"], tokenizer=tokenizer,
+                      initialize_func=cli["initialize_megatron"], get_megatron_module=cli["get_megatron_module"],
+                      global_batch_size=actor_config.global_batch_size * self.rl_config.n_samples_per_prompt)
+        self.actor = RayActorGroup(worker=_actor_worker_class(), megatron_config=actor_config, **common).initialize()
+        self.reference = RayActorGroup(worker=ReferenceWorker, megatron_config=ref_config, **common).initialize()
+        self.docks = _DockCalls([self.actor, self.reference])
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path),
+                                               padded_vocab_size=getattr(actor_config, "padded_vocab_size", 0) or 0)
+        self.parallel = Parallel(tp=actor_config.tensor_model_parallel_size,
+                                 pp=actor_config.pipeline_model_parallel_size,
+                                 ep=getattr(actor_config, "expert_model_parallel_size", 1) or 1,
+                                 moe_tp_extend_ep=bool(getattr(actor_config, "moe_tp_extend_ep", False)))
+        self.version = 0
+
+    # ------------------------------------------------------------------ protocol
+    def logprobs(self, prompt_ids, response_ids, temperature: float = 1.0) -> list[list[float]]:
+        dock = self.docks.dock_for(len(response_ids))
+        self.docks.put(dock, _rows(prompt_ids, response_ids), len(response_ids))
+        self.actor.compute_log_prob(blocking=True)
+        return self.docks.read(dock, "old_log_prob", [len(r) for r in response_ids])
+
+    def reference_logprobs(self, prompt_ids, response_ids) -> list[list[float]]:
+        dock = self.docks.dock_for(len(response_ids))
+        self.docks.put(dock, _rows(prompt_ids, response_ids), len(response_ids))
+        self.reference.compute_ref_log_prob(blocking=True)
+        return self.docks.read(dock, "ref_log_prob", [len(r) for r in response_ids])
+
+    def train_step(self, batch, loss_fn=None) -> dict[str, float]:
+        """One MindSpeed-RL update on ``batch``: its advantages, and as ``old_log_prob``
+        the proximal log-probs if present, else the behaviour ones (MindSpeed-RL's own
+        GRPO loss; ``loss_fn`` is not used)."""
+        import torch
+
+        rows = len(batch)
+        columns = _rows(batch.prompt_ids, batch.response_ids)
+        extras = batch.extras
+        old = extras["proximal_logprobs"] if "proximal_logprobs" in extras else extras["behaviour_logprobs"]
+        ref = extras["ref_logprobs"] if "ref_logprobs" in extras else old
+        columns["old_log_prob"] = [torch.as_tensor(list(x), dtype=torch.float32) for x in old]
+        columns["ref_log_prob"] = [torch.as_tensor(list(x), dtype=torch.float32) for x in ref]
+        columns["advantages"] = [torch.full((len(r),), float(a), dtype=torch.float32)
+                                 for r, a in zip(batch.response_ids, extras["advantages"])]
+        dock = self.docks.dock_for(rows)
+        self.docks.put(dock, columns, rows)
+        self.actor.update(None, False)   # kl_ctrl, skip_actor_log_prob: old_log_prob is in the dock
+        self.version += 1
+        return {"mindspeed_update": 1.0, "asp_loss_fn_used": 0.0}
+
+    def state_tensors(self) -> dict:
+        """The actor's weights as a Hugging Face state dict (weight_map.megatron_to_hf)."""
+        from .weight_map import MegatronRank, megatron_to_hf
+
+        shards = {}
+        for (pp, tp, ep), state in self.actor.execute_sync_command("asp_state_dict"):
+            shards.setdefault(MegatronRank(pp, tp, ep), state)
+        return megatron_to_hf(shards, self.shape, self.parallel)
+
+    def export_weights(self) -> ExportedWeights:
+        return ExportedWeights(self.version, self.state_tensors())
+
+    def save(self, path: str) -> None:
+        """MindSpeed-RL's own checkpoint (its ``save`` directory; ``path`` is not used by it)."""
+        self.actor.save_checkpoint(self.version)
+
+
+class MindSpeedReferencePolicy:
+    """The frozen reference as MindSpeed-RL's ReferenceWorker (through the engine's dock)."""
+
+    def __init__(self, engine: MindSpeedTrainingEngine):
+        self.engine = engine
+
+    def logprobs(self, prompt_ids, response_ids, temperature: float = 1.0) -> list[list[float]]:
+        return self.engine.reference_logprobs(prompt_ids, response_ids)
