@@ -107,7 +107,7 @@ def interrupt_signals():
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
                  on_eval: Callable[[str, int, int], None] | None = None, task=None,
-                 fail_transfer_once: int | None = None) -> dict:
+                 fail_transfer_once: int | None = None, hold_actor_once: tuple[int, str] | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
@@ -116,7 +116,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
     collective weight transfer stops after that many buckets) are fault-injection seams
-    for tests.
+    for tests; so is ``hold_actor_once=(actor, flag_path)``: that actor's first minibatch
+    writes its process id into ``flag_path`` and blocks, for a test to kill it.
 
     ``cfg.resume`` (= ``run_dir``): continue from the run's newest checkpoint
     (``runtime/checkpoint.py``). ``cfg.save_every``: checkpoint every that many versions.
@@ -130,7 +131,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..schedule.configured import configured_task
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
-    from .generation_unit import GenerationWorker
+    from .generation_unit import GenerationWorker, restart_options
     from .planning import make_control_core, plan_run
     from .ray_cluster import RayCluster
     from .placement import plan_placement
@@ -190,7 +191,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             transport_name, num_gen = cfg.weights.transport, len(placement.generators)
             gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
             generators = [
-                gen_cls.options(**_ray_options(pg, slot, placement.resource, threads)).remote(
+                gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
+                                **restart_options(cfg.fault.actor_restarts)).remote(
                     slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt)
                 for slot in placement.generators
             ]
@@ -212,6 +214,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                        local=not multi_node)
             if fail_actor_once is not None:
                 ray.get(generators[fail_actor_once].inject_failure.remote())
+            if hold_actor_once is not None:
+                ray.get(generators[hold_actor_once[0]].hold_next_generate.remote(hold_actor_once[1]))
             if fail_trainer_at_step is not None:
                 ray.get([t.inject_failure.remote(fail_trainer_at_step) for t in trainers])
             if fail_transfer_once is not None:
@@ -239,6 +243,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 "at_finish": outcome.summary(),
                 "policy_age_histogram": merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
                 "generation_failures": prior.generation_failures + recorder.failures,
+                "faults": recorder.faults,
                 "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
                 "resumed_from": resumed_from,
                 "checkpoint": checkpointer.last_path and str(checkpointer.last_path),
@@ -266,6 +271,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 "resumed_from": resumed_from, "task": task_summary,
                 "checkpoint": latest and str(latest),
                 "resume_command": f"asp-train resume={run_dir}" if latest else None,
+                "faults": recorder.faults if recorder is not None else [],
             }
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             return summary

@@ -12,14 +12,38 @@ object store, a directory of safetensors, or, with the collective transport, buc
 received over a pair group on the actor's transport thread (``receive_weights``, which
 may run while the actor generates). ``load_weights`` swaps a version into the engine
 only once all of it is there; a transfer that failed leaves the engine untouched.
+
+Faults (``fault.actor_restarts``, docs/architecture.md "Faults"): Ray restarts an actor
+whose process died up to that many times (:func:`restart_options`); the restarted
+process runs ``__init__`` again, so it holds the starting checkpoint (version 0) until
+the Control Unit refreshes it. The shell asks ``weight_version`` to learn it is back.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+
+def restart_options(actor_restarts) -> dict:
+    """Ray actor options for a generation actor that may be restarted ``actor_restarts``
+    times after its process dies (``fault.actor_restarts``). Calls running when it died
+    are not retried by Ray (``max_task_retries=0``): the Control Unit re-dispatches the
+    minibatch itself, so no minibatch is ever generated twice behind its back."""
+    if isinstance(actor_restarts, bool) or not isinstance(actor_restarts, int) or actor_restarts < 0:
+        raise ValueError(f"fault.actor_restarts={actor_restarts!r} must be an int >= 0 (how many times a "
+                         "generation actor whose process died is restarted before it is retired)")
+    return {"max_restarts": actor_restarts, "max_task_retries": 0}
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 class WeightVersionError(RuntimeError):
@@ -105,6 +129,7 @@ class GenerationWorker:
         self.sampling = SamplingParams.from_config(sampling)
         self.n_samples = n_samples
         self._fail_next = False
+        self._hold: tuple[str, float] | None = None
         # Collective transport: (sender host, port, transfer seq) -> ("ok", views, flat, stats)
         # | ("failed", error); discarded keys, so that a load waiting on one fails at once.
         self._staged: dict[tuple, tuple] = {}
@@ -117,6 +142,13 @@ class GenerationWorker:
         if self._fail_next:
             self._fail_next = False
             raise RuntimeError(f"injected failure in actor {self.actor_index} on {minibatch_id}")
+        if self._hold is not None:
+            flag, timeout = self._hold
+            self._hold = None
+            _write_atomically(flag, str(os.getpid()))   # "I am mid-minibatch": kill me now
+            time.sleep(timeout)
+            raise RuntimeError(f"hold_next_generate: actor {self.actor_index} was not killed within "
+                               f"{timeout:g} s on {minibatch_id}")
         start = time.time()
         flat = [ids for _, ids in prompts for _ in range(self.n_samples)]
         out = self.engine.generate(flat, replace(self.sampling, seed=seed))
@@ -211,6 +243,19 @@ class GenerationWorker:
     def inject_failure(self) -> None:
         """Debug seam for fault tests: the next ``generate`` raises mid-minibatch."""
         self._fail_next = True
+
+    def hold_next_generate(self, flag_path: str, timeout_s: float = 300.0) -> None:
+        """Debug seam for fault tests: the next ``generate`` writes this process's id into
+        ``flag_path`` and blocks (raising after ``timeout_s``), so that a test kills the
+        process mid-minibatch for sure. A restarted process does not hold."""
+        self._hold = (str(flag_path), float(timeout_s))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def weight_version(self) -> int:
+        """The version the engine holds: after a restart, what the new process loaded."""
+        return self.engine.weight_version
 
     def engine_weights(self) -> tuple[int, dict]:
         """Debug seam for tests: (the engine's version, copies of its tensors)."""

@@ -22,6 +22,14 @@ loop and the core have them all):
 * A task that raises, or whose actor died, ends as a ``Failed`` event: the core
   re-dispatches a failed minibatch (its partial output is never seen) and retries a
   failed load; a failed step or publish ends the run (``TrainerFailed``, from the loop).
+* A generation actor whose *process* died (Ray's ``RayActorError``: ``ActorDiedError``,
+  ``ActorUnavailableError``; not an error raised in it) is reported lost
+  (``Failed.lost``); so is one whose minibatch came back generated with another version
+  than the one it was told (Ray restarted it between two calls: its samples are
+  dropped). ``AwaitActor`` -> ``actor.weight_version``, which Ray runs once the actor is
+  back: done with the version its new process holds, or failed (retired) once its
+  restarts are spent. The probe sits in the same wait set as all other work, so the
+  loop never blocks on a restart.
 * ``cancel`` (work still running at Finish, or on Ctrl-C): best-effort ``ray.cancel``;
   the actors go with the placement group at the end of the run anyway.
 """
@@ -31,7 +39,7 @@ import time
 import zlib
 from typing import Sequence
 
-from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
+from ..control.core import Action, AwaitActor, Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Event, Failed, TrainerFailed
 from ..weights.store import VersionedStore
 
@@ -46,6 +54,23 @@ def _describe(error) -> str:
     if isinstance(cause, BaseException) and str(cause):
         return f"{type(cause).__name__}: {cause}\n{text}"
     return text
+
+
+def process_died(error) -> bool:
+    """Whether a Ray call failed because the actor's process died or is unreachable
+    (``RayActorError`` and its kinds), not because the call raised (``RayTaskError``)."""
+    import ray
+
+    return isinstance(error, ray.exceptions.RayActorError)
+
+
+def restarted_version_mismatch(actor: int, told: int, generated_with: int):
+    """The error text when a minibatch was generated with another version than the one the
+    core told the actor to use (its process was restarted in between), else None."""
+    if told == generated_with:
+        return None
+    return (f"generation actor {actor} generated with weight version {generated_with}, not {told}: its "
+            f"process was restarted since its last load; the samples are dropped and it is refreshed")
 
 
 class RayCluster:
@@ -97,9 +122,15 @@ class RayCluster:
         elif isinstance(action, Publish):
             ref, others = self.transport.publish(action.version, self.store.kept_versions)
             self._companions(ref, others)
+        elif isinstance(action, AwaitActor):
+            ref = self._probe(action.actor)
         else:
             raise TypeError(f"RayCluster cannot run {action!r}")
         self.inflight[ref] = (action, payload)
+
+    def _probe(self, actor: int):
+        """A call Ray runs once ``actor`` is alive again (or fails once it never will)."""
+        return self.generators[actor].weight_version.remote()
 
     def _companions(self, ref, others: list) -> None:
         if others:
@@ -136,7 +167,9 @@ class RayCluster:
                         return self._fail_together(ref, error)
                 self._waiting.add(ref)
                 continue
-            return self._to_event(ref)
+            event = self._to_event(ref)
+            if event is not None:
+                return event
 
     def _fail_together(self, primary, error) -> Event:
         """A trainer rank failed: the action fails now (the other ranks' calls are abandoned)."""
@@ -146,10 +179,20 @@ class RayCluster:
             self._companion_of.pop(other, None)
         return Failed(action, _describe(error))
 
-    def _to_event(self, ref) -> Event:
+    def _to_event(self, ref) -> Event | None:
+        """The event of ``ref``, or None when it ended in nothing to report (a restart
+        probe that found the actor still unreachable was sent again)."""
         import ray
 
         action, payload = self.inflight.pop(ref)
+        if isinstance(action, AwaitActor):
+            try:
+                return Done(action, int(ray.get(ref)))
+            except ray.exceptions.ActorUnavailableError:   # restarting still, or restarted and died again
+                self.inflight[self._probe(action.actor)] = (action, None)
+                return None
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                return Failed(action, _describe(error), lost=True)
         if isinstance(action, Publish):
             if self.transport.fetch_publish:
                 try:
@@ -168,8 +211,11 @@ class RayCluster:
             if isinstance(action, LoadWeights):
                 self.transport.load_ended(action.actor, action.version, False)
                 self._drop(self.store.release(action.version, f"gen-{action.actor}"))
-            return Failed(action, _describe(error))
+            return Failed(action, _describe(error), lost=process_died(error))
         if isinstance(action, Generate):
+            mismatch = restarted_version_mismatch(action.actor, action.version, report.version)
+            if mismatch is not None:
+                return Failed(action, mismatch, info=report, lost=True)
             for pid in action.prompt_ids:
                 self.queue_refs[pid] = payload
         elif isinstance(action, LoadWeights):

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from ..control.core import Generate, LoadWeights, Publish, TrainStep
+from ..control.core import AwaitActor, Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Observer
 from ..metrics.timeline import (Span, idle_fraction, padding_bubble, running_capacity, slot_bubble,
                                 slot_use, tail_step_share)
@@ -62,24 +62,42 @@ class RunRecorder(Observer):
         self._queue = open(self.run_dir / "queue.jsonl", "a", encoding="utf-8")
         self.failures = 0
         self.load_failures = 0
+        # Every fault, for summary.json "faults": {t (s since the start), actor, kind, minibatch}
+        # with kind died | restarted | retired | generate_failed | load_failed | load_retried.
+        self.faults: list[dict] = []
+        self._died_at: dict[int, float] = {}      # actor -> cluster time its process was lost
+        self._load_failed: set[int] = set()       # actors whose last load failed (raised)
 
     # ------------------------------------------------------------------ the loop's observer
     def submitted(self, action, t: float) -> None:
         self._issued[action] = t
+        if isinstance(action, LoadWeights) and action.actor in self._load_failed:
+            self._load_failed.discard(action.actor)
+            self.fault(t, action.actor, "load_retried", version=action.version)
 
     def observed(self, event, core, t: float) -> None:
         action = event.action
         issued = self._issued.pop(action, t)
+        lost = getattr(event, "lost", False)
         if isinstance(action, Generate):
             if isinstance(event, Done):
                 self.generated(event.info, len(action.prompt_ids))
             else:
                 self.failure(action, issued, t, event.error)
+                self.fault(t, action.actor, "died" if lost else "generate_failed", action.minibatch_id,
+                           error=_first_line(event.error))
         elif isinstance(action, LoadWeights):
             if isinstance(event, Done):
                 self.loaded(event.info, issued, t)
             else:
                 self.load_failure(action, issued, t, event.error)
+                self.fault(t, action.actor, "died" if lost else "load_failed", version=action.version,
+                           error=_first_line(event.error))
+                if not lost:
+                    self._load_failed.add(action.actor)
+        elif isinstance(action, AwaitActor):
+            self.actor_back(action.actor, isinstance(event, Done), t,
+                            event.info if isinstance(event, Done) else event.error)
         elif isinstance(action, TrainStep):
             self._train_report = event.info
         elif isinstance(action, Publish):
@@ -119,6 +137,29 @@ class RunRecorder(Observer):
         self.failures += 1
         self._add(Span(f"gen-{action.actor}", "failed", start, end, action.minibatch_id,
                        {"error": _first_line(error)}))
+
+    def fault(self, t: float, actor: int, kind: str, minibatch: str | None = None, **detail) -> None:
+        """One fault for summary.json (versions as the run counts them, offset on resume)."""
+        if "version" in detail:
+            detail["version"] += self.step_offset
+        if kind == "died":
+            self._died_at[actor] = t
+            self._load_failed.discard(actor)
+        self.faults.append({"t": round(t - self.start, 3), "actor": actor, "kind": kind,
+                            "minibatch": minibatch, **detail})
+
+    def actor_back(self, actor: int, restarted: bool, t: float, detail) -> None:
+        """A lost actor came back (``detail``: the version it holds) or was retired; the
+        time it was away is a ``restart`` (or ``retired``) span on its lane."""
+        died = self._died_at.pop(actor, t)
+        if restarted:
+            self.fault(t, actor, "restarted", version=int(detail))
+        else:
+            self.fault(t, actor, "retired", error=_first_line(detail))
+        # In timeline.jsonl only: the time away counts as idle in generation_idle_fraction.
+        span = Span(f"gen-{actor}", "restart" if restarted else "retired", died, t, "", {"back": restarted})
+        self._timeline.write(json.dumps(asdict(span)) + "\n")
+        self._timeline.flush()
 
     def load_failure(self, action, start: float, end: float, error: str) -> None:
         self.load_failures += 1
@@ -162,6 +203,7 @@ class RunRecorder(Observer):
             "queue_samples_max": max(queued, default=0),
             "generation_failures": self.failures,
             "load_failures": self.load_failures,
+            "actor_deaths": sum(f["kind"] == "died" for f in self.faults),
             **report.metrics,
         }
         self.writer.write(step, metrics)
