@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -301,6 +302,12 @@ def test_refit_replans_later_epochs_and_their_rank_quality_rises(tmp_path, actor
     rho0 = rank_stats(prior, truth)["spearman_rho"]
     assert abs(rho0) < 0.5 and abs(records[0]["spearman_previous_epoch"]) < 0.5   # on the prompts seen so far
     assert (tmp_path / "plan_e1.json").is_file() and (tmp_path / "plan_e2.json").is_file()
+    # Wholly pending epochs keep the id form e<e>g<g>m<m> (tools map ids to plan_e<e>.json).
+    ids = [mb.minibatch_id for mb in core.dispatcher.minibatches]
+    assert all(re.fullmatch(r"e[012]g\d+m\d+", i) for i in ids), ids
+    plan_e1 = json.loads((tmp_path / "plan_e1.json").read_text())
+    assert [tuple(epoch_prompt_id(i, 1) for i in mb["ids"]) for g in plan_e1["groups"] for mb in g] == \
+        [mb.prompt_ids for mb in core.dispatcher.minibatches if mb.minibatch_id.startswith("e1")]
     report = json.loads((tmp_path / "predictor_by_epoch.json").read_text())
     by_epoch = {r["epoch"]: r for r in report["epochs"]}
     assert by_epoch[0]["spearman_rho"] == pytest.approx(rho0) and not by_epoch[0]["replanned"]

@@ -199,7 +199,10 @@ class EpochReplanner(Observer):
         t0 = time.perf_counter()
         try:
             plan = self.plan_epoch([(b, blended[b]) for b in bases])
-            taken = {mb.minibatch_id for mb in d.minibatches}
+            # Ids the plan keeps (the replaced minibatches give theirs up); the "r" suffix
+            # only when a minibatch of this epoch already went out under such an id.
+            replaced = {pending[k].minibatch_id for k in mine}
+            taken = {mb.minibatch_id for mb in d.minibatches} - replaced
             suffix = "r" if any(f"e{epoch}g{g}m{m}" in taken for g, group in enumerate(plan.groups)
                                 for m in range(len(group))) else ""
             new = [(f"e{epoch}g{g}m{m}{suffix}", tuple(epoch_prompt_id(i, epoch) for i in mb.ids))
