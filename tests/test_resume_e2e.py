@@ -79,6 +79,9 @@ def test_sigkill_between_checkpoints_then_resume(ray_cluster, tmp_path):
     assert_each_epoch_trained_once(summary["consumed_prompt_ids"], prompts, epochs=3)
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(12))   # rows the killed run wrote after its checkpoint were set aside
+    saves = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
+    assert [s["version"] for s in saves] == list(range(2, 13, 2))   # each once: before the kill, then resumed
+    assert all(s["bytes"] > 1_000_000 and s["seconds"] > 0 for s in saves)   # the weights are in them
     assert sum(summary["policy_age_histogram"].values()) == 48
     assert max(int(a) for a in summary["policy_age_histogram"]) <= 2   # mode.max_staleness (default)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -244,8 +245,14 @@ class Checkpointer(Observer):
         if state.version == self.last_version:
             return self.last_path
         self.attempts += 1
+        began = time.time()
         self.last_path = write_checkpoint(self.run_dir, state, self.write_trainer, self.keep, self.attempts)
         self.last_version = state.version
+        # What each save cost the loop (it waits for the write): checkpoints.jsonl.
+        size = sum(f.stat().st_size for f in self.last_path.rglob("*") if f.is_file())
+        with open(self.run_dir / "checkpoints.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"version": state.version, "seconds": time.time() - began, "bytes": size,
+                                "path": self.last_path.name}) + "\n")
         return self.last_path
 
 
