@@ -163,3 +163,4 @@ def test_asp_train_resume_without_a_checkpoint_writes_nothing(saved_run, capsys)
     assert main([f"resume={saved_run}", "rl.n_samples_per_prompt=8"]) == 2
     assert "rl.n_samples_per_prompt: saved 4, given 8" in capsys.readouterr().err
     assert {p.name: p.stat().st_mtime_ns for p in saved_run.iterdir()} == before
+

@@ -164,3 +164,14 @@ def test_sampled_logprobs_equal_hf_processed_scores(generator, prompts):
     for i, (response, logprobs) in enumerate(zip(out.response_ids, out.response_logprobs)):
         assert generated[i, :len(response)].tolist() == response
         assert torch.allclose(torch.tensor(logprobs), chosen[i, :len(response)], atol=1e-6)
+
+
+def test_adam_betas_reach_the_optimizer(random_policy_dir):
+    from types import SimpleNamespace
+
+    from mindspeed_rl_asp.engines.registry import make_training_engine
+
+    engine_cfg = SimpleNamespace(name="hf", device="cpu", dtype="float32", num_threads=1)
+    train_cfg = SimpleNamespace(lr=1e-4, weight_decay=0.0, clip_grad=1.0, adam_beta1=0.8, adam_beta2=0.95)
+    engine = make_training_engine(engine_cfg, str(random_policy_dir), train_cfg, SimpleNamespace(micro_batch_size=2), 1.0)
+    assert engine.optimizer.defaults["betas"] == (0.8, 0.95)

@@ -270,6 +270,9 @@ class TrainConfig:
     lr: float = 3e-5
     weight_decay: float = 0.0
     clip_grad: float = 1.0
+    # AdamW's betas (torch's defaults; MindSpeed-RL's configs often take beta2 0.95).
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
     # Trainer ranks: 1 (one process), a number up to layout.train_nodes x
     # devices_per_node (hybrid: every node's devices), or "auto" (all of them). Several
     # ranks train data-parallel, sharded with FSDP2, one Ray actor per device, over

@@ -324,6 +324,10 @@ def validate_config(cfg, training: bool = True) -> None:
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
+    for key in ("adam_beta1", "adam_beta2"):
+        beta = getattr(cfg.train, key)
+        if not 0.0 <= beta < 1.0:
+            problems.append(f"train.{key}={beta} must be in [0, 1) (AdamW's moment decay)")
     if cfg.save_every < 0:
         problems.append(f"save_every={cfg.save_every} must be >= 0 (0: no checkpoints)")
     if cfg.keep_checkpoints < 1:

@@ -261,13 +261,14 @@ class HFTrainingEngine:
 
     def __init__(self, path: str | Path, device: str = "cpu", dtype: str = "float32", num_threads: int = 0,
                  lr: float = 1e-4, weight_decay: float = 0.0, clip_grad: float = 1.0, micro_batch_size: int = 8,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, betas: tuple[float, float] = (0.9, 0.999)):
         import torch
 
         self.model, self.tokenizer = load_policy(path, device, dtype, num_threads)
         self.model.train()
         self.pad_id = self.tokenizer.pad_token_id
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay,
+                                           betas=tuple(betas))
         self.clip_grad = clip_grad
         self.micro_batch_size = micro_batch_size
         self.temperature = temperature

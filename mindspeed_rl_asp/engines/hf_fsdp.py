@@ -77,7 +77,7 @@ class HFShardedTrainingEngine(HFTrainingEngine):
         defaults = engine.optimizer.defaults
         # Parameters are now DTensors (each rank holds its shard): a new optimizer over them.
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=defaults["lr"],
-                                           weight_decay=defaults["weight_decay"])
+                                           weight_decay=defaults["weight_decay"], betas=defaults["betas"])
 
     # ------------------------------------------------------------------ helpers
     def _gather(self, mine: dict[int, object], n: int) -> list:

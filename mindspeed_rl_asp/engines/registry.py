@@ -83,6 +83,7 @@ def make_training_engine(engine_cfg, model_path: str, train_cfg, rl_cfg, tempera
         model_path, engine_cfg.device, engine_cfg.dtype, engine_cfg.num_threads, lr=train_cfg.lr,
         weight_decay=train_cfg.weight_decay, clip_grad=train_cfg.clip_grad,
         micro_batch_size=rl_cfg.micro_batch_size, temperature=temperature,
+        betas=(getattr(train_cfg, "adam_beta1", 0.9), getattr(train_cfg, "adam_beta2", 0.999)),
     )
 
 

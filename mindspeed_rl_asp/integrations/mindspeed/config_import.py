@@ -257,7 +257,18 @@ COLOCATION = ("offloading between the colocated train and generate phases; in AS
               "nothing is swapped (mode=hybrid swaps by phase)")
 ARCHITECTURE = "architecture detail; the checkpoint's config.json at model.path is what the model is built from"
 DATA_ORDER = "data order; ASP's planner orders the prompts (scheduler=asp|fifo|sorted)"
-ADAM_FIX = "this project's trainer is torch AdamW with betas (0.9, 0.999): set the key to that or delete it"
+def adam(target: str) -> Handler:
+    """An AdamW beta: MindSpeed-RL's actor takes it with engine=mindspeed; this project's
+    trainer (train.adam_beta1/2) with the hf engine."""
+    mapped = to(target, float)
+
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        if b.engine == "mindspeed":
+            b.ignore(key, f"{value!r}: {ACTOR_HONOURS}")
+        else:
+            mapped(b, key, value)
+    return handle
+
 
 MEGATRON_KEYS: dict[str, Handler] = {
     "model": note,
@@ -286,8 +297,8 @@ MEGATRON_KEYS: dict[str, Handler] = {
     "lr_decay_style": note, "lr_warmup_fraction": note, "lr_warmup_iters": note, "min_lr": note,
     "weight_decay": to("train.weight_decay", float),
     "clip_grad": to("train.clip_grad", float),
-    "adam_beta1": only([0.9], "the optimizer's beta1 is fixed here", ADAM_FIX, "torch AdamW's beta1 0.9", True),
-    "adam_beta2": only([0.999], "the optimizer's beta2 is fixed here", ADAM_FIX, "torch AdamW's beta2 0.999", True),
+    "adam_beta1": adam("train.adam_beta1"),
+    "adam_beta2": adam("train.adam_beta2"),
     "attention_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
     "hidden_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
     "init_method_std": ignore("initialisation of new weights; the policy is loaded, never initialised"),
