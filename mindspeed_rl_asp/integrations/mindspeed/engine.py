@@ -10,8 +10,11 @@ group, and reads the stage's output column back:
 
 * ``logprobs``   -> ``RayActorGroup(ActorHybridWorker).compute_log_prob`` -> ``old_log_prob``
 * reference      -> ``RayActorGroup(ReferenceWorker).compute_ref_log_prob`` -> ``ref_log_prob``
-* ``train_step`` -> the batch's ``advantages`` (this project's GRPO advantages: the same
-  group normalisation as MindSpeed-RL's ``group_norm``, checked in the contract test),
+* ``train_step`` -> the batch's ``advantages`` (this project's GRPO advantages,
+  ``algo/grpo.group_advantages``: MindSpeed-RL's ``group_norm`` divides by the sample
+  std (ddof=1) where ours divides by the population std, so ours are smaller by
+  sqrt((n-1)/n); the contract test runs its advantage stage on our samples and checks
+  exactly that relation),
   ``old_log_prob`` (the behaviour or proximal log-probs) and ``ref_log_prob`` go into the
   dock, then ``update(kl_ctrl=None, skip_actor_log_prob=False)``. The loss is MindSpeed-RL's own
   (``GRPOActorLossFunc`` with ``clip_ratio``, ``kl_penalty``, ``entropy_coeff`` of its
