@@ -131,3 +131,42 @@ def test_failed_weight_load_is_retried_and_recorded(ray_cluster, tmp_path):
     assert retried[0]["t"] >= failed[0]["t"]
     loads = [s for s in read_jsonl(run_dir / "timeline.jsonl") if s["kind"] == "load_weights"]
     assert any(s["lane"] == f"gen-{failed[0]['actor']}" and s["label"] == f"v{failed[0]['version']}" for s in loads)
+
+
+def test_last_actor_retired_stops_the_run_with_a_clear_error(ray_cluster, tmp_path):
+    from mindspeed_rl_asp.control.core import ActorsExhausted
+
+    with pytest.raises(ActorsExhausted, match="fault.actor_restarts"):
+        run_killing_actor(tmp_path, 0, "fault.actor_restarts=0", "layout.nodes=2", "layout.gen_nodes=1")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failed"] and "every generation actor (1) is retired" in summary["error"]
+    assert [f["kind"] for f in summary["faults"]] == ["died", "retired"]
+    assert summary["steps"] == 0 and summary["consumed_prompt_ids"] == []
+
+
+def trainer_pids(ray):
+    """The pids Ray records for the live Training Unit actors of this session's cluster."""
+    from ray._private import state
+
+    return [a["Pid"] for a in state.actors().values()
+            if a["ActorClassName"] == "TrainingWorker" and a["State"] == "ALIVE"]
+
+
+def test_killed_trainer_stops_the_run_with_trainer_failed(ray_cluster, tmp_path):
+    """Trainer ranks are not restarted (their optimizer state would be lost): a killed one
+    ends the run with TrainerFailed and a summary marked failed."""
+    killed = []
+
+    def kill_trainer_after_first_step(metrics):
+        if not killed:
+            (pid,) = trainer_pids(ray_cluster)
+            assert pid != os.getpid()
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    with pytest.raises(TrainerFailed, match="training step 1 failed|publishing version 2 failed"):
+        run(tmp_path, on_step=kill_trainer_after_first_step)
+    assert killed
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["failed"] and summary["steps"] == 1 and "failed" in summary["error"]
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]

@@ -141,7 +141,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .transport import make_transport, remote_class
     from .checkpoint import (ControlState, Checkpointer, checkpoints_dir, find_resume_point, latest_checkpoint,
                              merge_histograms, remaining_minibatches, set_aside_metrics_after, sweep_partials)
-    from ..control.loop import Fanout, Loop
+    from ..control.loop import Fanout, Loop, TrainerFailed
+    from ..control.core import ActorsExhausted
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
@@ -254,6 +255,16 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             final_path = run_dir / "final_policy"
             if cfg.eval.save_final_policy or cfg.eval.num_prompts:
                 ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
+        except (TrainerFailed, ActorsExhausted) as error:   # the run cannot go on: say so, then raise
+            summary = {
+                "failed": True, "error": str(error).splitlines()[0] if str(error) else type(error).__name__,
+                "steps": core.trainer_version + offset, "epochs": epochs,
+                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
+                "faults": recorder.faults if recorder is not None else [],
+                "resumed_from": resumed_from, "task": task_summary,
+            }
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            raise
         except KeyboardInterrupt:   # Ctrl-C or SIGTERM (interrupt_signals)
             if loop is not None and loop.outcome is None:
                 try:   # stop generating, let a step in training finish, then checkpoint it
