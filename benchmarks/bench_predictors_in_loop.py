@@ -1,11 +1,15 @@
-"""The predictor in the loop, end to end: fifo, asp + reference lengths, asp + lm and
+"""The predictor in the loop, end to end: fifo, asp + reference lengths, asp + lm,
+asp + lm refitted between epochs (``scheduler.refit=history``, runtime/replan.py) and
 asp + ridge (``scheduler.predictor``, runtime/length_profile.py) on the same maze prompts.
 Not a test. Prints a markdown table (pasted into docs/scheduler.md, "Predictors in the
-loop")::
+loop") and, for runs of several epochs, a per-epoch table::
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --steps 16 --keep runs/bench_predictors \
         rl.global_batch_size=4 rl.mini_batch_size=4      # one pass over the 64 prompts; ~12 min on 2 busy cores
     HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --reuse runs/bench_predictors   # re-read
+    HF_HUB_OFFLINE=1 python benchmarks/bench_predictors_in_loop.py --steps 18 --prompts 24 --score-samples 0 \
+        --keep runs/bench_refit --only asp+reference,asp+lm,asp+lm+history,fifo \
+        rl.global_batch_size=4 rl.mini_batch_size=4 scheduler.profile_share=0.5   # 3 epochs; ~10 min
 
 Every run: ``mode=async``, the same seed and prompts (``task.num_prompts``, default 64),
 ``--steps`` steps, no final check (``eval.num_prompts=0``); one process, one local Ray
@@ -25,7 +29,9 @@ cluster, the runs one after another (``runtime.driver.run_training``). Per run:
 * minibatch rank quality in the run: Spearman rho of each dispatched minibatch's
   planned ``max_length`` (plan.json) and its observed longest response (timeline.jsonl),
   over every minibatch of the run (nan for fifo's equal-size data-order minibatches
-  when all predictions tie).
+  when all predictions tie); a re-planned epoch's minibatches against ``plan_e<e>.json``;
+* per epoch (``predictor_by_epoch.json``): Spearman rho of the lengths the epoch's plan
+  used and the observed mean length per prompt, and the epoch's realised padding bubble.
 """
 from __future__ import annotations
 
@@ -50,6 +56,7 @@ RUNS = [
     ("fifo", ["scheduler=fifo", "scheduler.slack=0"]),
     ("asp+reference", ["scheduler=asp", "scheduler.predictor=reference"]),
     ("asp+lm", ["scheduler=asp", "scheduler.predictor=lm"]),
+    ("asp+lm+history", ["scheduler=asp", "scheduler.predictor=lm", "scheduler.refit=history"]),
     ("asp+ridge", ["scheduler=asp", "scheduler.predictor=ridge"]),
 ]
 
@@ -66,14 +73,19 @@ def minibatch_rho(run_dir: Path) -> tuple[float, int]:
     """Spearman rho of planned vs observed minibatch max length, over the run's minibatches."""
     from mindspeed_rl_asp.schedule.predictors import spearman_rho
 
-    plan = json.loads((run_dir / "plan.json").read_text())
-    planned = {f"g{g}m{m}": mb["max_length"] for g, group in enumerate(plan["groups"]) for m, mb in enumerate(group)}
+    def max_lengths(path: Path) -> dict[str, float]:
+        plan = json.loads(path.read_text())
+        return {f"g{g}m{m}": mb["max_length"] for g, group in enumerate(plan["groups"]) for m, mb in enumerate(group)}
+
+    planned = max_lengths(run_dir / "plan.json")
+    replanned = {int(p.stem[len("plan_e"):]): max_lengths(p) for p in run_dir.glob("plan_e*.json")}
     pred, obs = [], []
     for s in jsonl(run_dir / "timeline.jsonl"):
         if s["kind"] == "generate" and s["label"].startswith("e"):
-            key = s["label"][s["label"].index("g"):]
-            if key in planned:
-                pred.append(planned[key])
+            epoch, key = s["label"][1:s["label"].index("g")], s["label"][s["label"].index("g"):]
+            plan = replanned.get(int(epoch), planned) if epoch.isdigit() else planned
+            if key in plan:
+                pred.append(plan[key])
                 obs.append(s["info"]["max_length"])
     if len(pred) < 2:
         return float("nan"), len(pred)
@@ -91,6 +103,9 @@ def analyse(run_dir: Path) -> dict:
     out = {"steps": len(metrics), "wall_s": summary["wall_time_s"], "iteration_s": statistics.mean(iters),
            "iteration_median_s": statistics.median(iters), "padding_bubble": 1.0 - sum(tokens) / padded,
            "minibatch_rho": rho, "minibatches": n_mb}
+    by_epoch = run_dir / "predictor_by_epoch.json"
+    if by_epoch.is_file():
+        out["epochs"] = json.loads(by_epoch.read_text())["epochs"]
     report = run_dir / "predictor.json"
     if report.is_file():
         out["predictor"] = json.loads(report.read_text())
@@ -160,6 +175,20 @@ def table(results: dict[str, dict], scored: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def epoch_table(results: dict[str, dict]) -> str:
+    """Per run and epoch (``predictor_by_epoch.json``): rank correlation of the lengths
+    the epoch's plan used vs observed, and the epoch's realised bubbles."""
+    lines = ["| run | epoch | plan | Spearman rho / Kendall tau (prompts) | padding bubble | slot bubble | "
+             "mean length |", "|" + "---|" * 7]
+    for tag, r in results.items():
+        for e in r.get("epochs", []):
+            plan = ("re-planned" if e["replanned"] else "first plan") + ("" if e["complete"] else " (partial)")
+            lines.append(f"| {tag} | {e['epoch']} | {plan} | {fmt(e['spearman_rho'], '.2f')} / "
+                         f"{fmt(e['kendall_tau'], '.2f')} ({e['prompts']}) | {fmt(e['padding_bubble'])} | "
+                         f"{fmt(e['slot_bubble'])} | {e['observed_mean_length']:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=16)
@@ -195,9 +224,15 @@ def main(argv: list[str] | None = None) -> int:
                 ray.shutdown()
         results = {tag: analyse(d) for tag, d in dirs.items()}
         scored = score_on_rest(common, dirs, args.score_samples) if args.score_samples else {}
-        print(f"{args.steps} steps, task.num_prompts={args.prompts}, seed {args.seed}, mode=async; "
-              f"{time.time() - started:.0f} s in all\n")
+        if args.reuse:   # the runs' own settings are in their config.yaml, not in these arguments
+            print(f"re-read from {root}\n")
+        else:
+            print(f"{args.steps} steps, task.num_prompts={args.prompts}, seed {args.seed}, mode=async; "
+                  f"{time.time() - started:.0f} s in all\n")
         print(table(results, scored))
+        if any(len(r.get("epochs", [])) > 1 for r in results.values()):
+            print("\nPer epoch:\n")
+            print(epoch_table(results))
         (root / "bench_predictors.json").write_text(json.dumps({"results": results, "scored": scored}, indent=1))
     finally:
         if not (args.keep or args.reuse):
