@@ -248,7 +248,9 @@ def test_num_npus_inconsistent_with_the_chosen_layout():
     message = refused("rl_config.actor_resource.num_npus=16 does not match layout ascend910b3_t4g4", j,
                       ["layout=ascend910b3_t4g4"])
     assert "64" in message
-    assert "layout=NAME" in refused("rl_config.actor_resource.num_npus=16: no shipped", j)
+    assert "layout=NAME" in refused("rl_config.actor_resource.num_npus=24: no shipped",
+                                    {**j, "rl_config": {**j["rl_config"], "actor_resource": {"num_npus": 24}}})
+    assert as_dict(run(j))["layout"] == "ascend910b3_t1g1"   # 16 NPUs: the two-node layout
     j["rl_config"]["actor_resource"]["num_npus"] = 3
     assert "layout=local has 3 non-NPU devices" in refused("num_npus=3: no shipped", j)
 
