@@ -371,3 +371,61 @@ def test_retired_actor_does_not_hold_up_a_global_refresh_or_colocated_training()
             assert pending, core.snapshot()
             apply_event(core, Done(pending.pop(rng.randrange(len(pending)))))
         assert core.trainer_version == 3 and len(core.consumed_ids()) == 6
+
+
+# ---------------------------------------------------------------------- the shell's pure parts
+def test_restart_options_take_only_a_count():
+    from mindspeed_rl_asp.runtime.generation_unit import restart_options
+
+    assert restart_options(0) == {"max_restarts": 0, "max_task_retries": 0}
+    assert restart_options(3)["max_restarts"] == 3
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="fault.actor_restarts"):
+            restart_options(bad)
+
+
+def test_a_dead_process_is_told_from_a_raised_error():
+    import ray.exceptions as rex
+
+    from mindspeed_rl_asp.runtime.ray_cluster import process_died, restarted_version_mismatch
+
+    assert process_died(rex.ActorDiedError()) and process_died(rex.ActorUnavailableError("gone", b"\0" * 16))
+    assert not process_died(rex.RayTaskError("generate", "Traceback...", RuntimeError("boom")))
+    assert not process_died(RuntimeError("boom"))
+    assert restarted_version_mismatch(0, 3, 3) is None
+    assert "generated with weight version 0, not 3" in restarted_version_mismatch(0, 3, 0)
+
+
+def test_the_recorder_keeps_every_fault(tmp_path):
+    import json
+
+    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+
+    cfg, mbs = one_actor_setup(2)
+    core = ControlCore(cfg, mbs)
+    rec = RunRecorder(tmp_path, 2, 2, tensorboard=False, start=100.0)
+    gen = Generate(0, "m0", ("p0", "p1"), 0)
+    rec.submitted(gen, 100.0)
+    rec.observed(Failed(gen, "ActorUnavailableError: the process died\nmore", lost=True), core, 101.0)
+    rec.observed(Done(AwaitActor(0), 0), core, 120.0)
+    load = LoadWeights(1, 1)
+    rec.submitted(load, 121.0)
+    rec.observed(Failed(load, "TransferError: failed after 2 of 7 buckets"), core, 122.0)
+    rec.submitted(LoadWeights(1, 1), 123.0)
+    gen1 = Generate(1, "m1", ("p2", "p3"), 0)
+    rec.submitted(gen1, 124.0)
+    rec.observed(Failed(gen1, "RuntimeError: injected"), core, 125.0)
+    rec.observed(Failed(LoadWeights(1, 1), "ActorDiedError", lost=True), core, 126.0)
+    rec.observed(Failed(AwaitActor(1), "ActorDiedError: restarts spent", lost=True), core, 127.0)
+    rec.close()
+    assert [(f["t"], f["actor"], f["kind"], f["minibatch"]) for f in rec.faults] == [
+        (1.0, 0, "died", "m0"), (20.0, 0, "restarted", None), (22.0, 1, "load_failed", None),
+        (23.0, 1, "load_retried", None), (25.0, 1, "generate_failed", "m1"), (26.0, 1, "died", None),
+        (27.0, 1, "retired", None)]
+    assert rec.faults[0]["error"] == "ActorUnavailableError: the process died"
+    assert rec.faults[1]["version"] == 0 and rec.faults[3]["version"] == 1
+    spans = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert [(s["lane"], s["kind"], s["start"], s["end"]) for s in spans
+            if s["kind"] in ("restart", "retired")] == [("gen-0", "restart", 101.0, 120.0),
+                                                        ("gen-1", "retired", 126.0, 127.0)]
+    assert rec.failures == 2 and rec.load_failures == 2
