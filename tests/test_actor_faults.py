@@ -19,14 +19,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from mindspeed_rl_asp.control.core import (ActorsExhausted, AwaitActor, ControlConfig, ControlCore, Finish,
                                            Generate, LoadWeights, ProtocolError, Publish, TrainStep)
-from mindspeed_rl_asp.control.loop import Done, Failed, Loop, Observer, apply_event
+from mindspeed_rl_asp.control.loop import Done, Failed, Loop, Observer, Outcome, apply_event
 
 from test_control_properties import setups
 
 RESTART_VERSION = 0   # what a restarted generation process loads: the starting checkpoint
-
-# One pending action ends: (index, outcome) with outcome "done", "failed" (raised) or "lost".
-Outcome = str
 
 
 class FaultCluster:
@@ -417,15 +414,19 @@ def test_the_recorder_keeps_every_fault(tmp_path):
     rec.observed(Failed(gen1, "RuntimeError: injected"), core, 125.0)
     rec.observed(Failed(LoadWeights(1, 1), "ActorDiedError", lost=True), core, 126.0)
     rec.observed(Failed(AwaitActor(1), "ActorDiedError: restarts spent", lost=True), core, 127.0)
+    gen0 = Generate(0, "m2", ("p4", "p5"), 0)
+    rec.submitted(gen0, 128.0)
+    rec.observed(Failed(gen0, "ActorDiedError", lost=True), core, 129.0)
+    rec.finished(Outcome(None, "cancel", (AwaitActor(0),)), core, 130.0)   # the run ended first
     rec.close()
     assert [(f["t"], f["actor"], f["kind"], f["minibatch"]) for f in rec.faults] == [
         (1.0, 0, "died", "m0"), (20.0, 0, "restarted", None), (22.0, 1, "load_failed", None),
         (23.0, 1, "load_retried", None), (25.0, 1, "generate_failed", "m1"), (26.0, 1, "died", None),
-        (27.0, 1, "retired", None)]
+        (27.0, 1, "retired", None), (29.0, 0, "died", "m2"), (30.0, 0, "restart_pending", None)]
     assert rec.faults[0]["error"] == "ActorUnavailableError: the process died"
     assert rec.faults[1]["version"] == 0 and rec.faults[3]["version"] == 1
     spans = [json.loads(line) for line in (tmp_path / "timeline.jsonl").read_text().splitlines()]
     assert [(s["lane"], s["kind"], s["start"], s["end"]) for s in spans
             if s["kind"] in ("restart", "retired")] == [("gen-0", "restart", 101.0, 120.0),
                                                         ("gen-1", "retired", 126.0, 127.0)]
-    assert rec.failures == 2 and rec.load_failures == 2
+    assert rec.failures == 3 and rec.load_failures == 2

@@ -63,7 +63,8 @@ class RunRecorder(Observer):
         self.failures = 0
         self.load_failures = 0
         # Every fault, for summary.json "faults": {t (s since the start), actor, kind, minibatch}
-        # with kind died | restarted | retired | generate_failed | load_failed | load_retried.
+        # with kind died | restarted | retired | restart_pending (at the end) | generate_failed |
+        # load_failed | load_retried.
         self.faults: list[dict] = []
         self._died_at: dict[int, float] = {}      # actor -> cluster time its process was lost
         self._load_failed: set[int] = set()       # actors whose last load failed (raised)
@@ -215,6 +216,13 @@ class RunRecorder(Observer):
         if self.on_step:
             self.on_step({"step": step, **metrics})
         return metrics
+
+    def finished(self, outcome, core, t: float) -> None:
+        """An actor still restarting when the run ended (its probe cancelled or drained
+        without an answer) is recorded as ``restart_pending``."""
+        for action in outcome.leftover:
+            if isinstance(action, AwaitActor) and action.actor in self._died_at:
+                self.fault(t, action.actor, "restart_pending")
 
     def close(self) -> None:
         self.writer.close()
