@@ -365,6 +365,16 @@ def test_refit_keys_are_validated():
             load_config(overrides)
 
 
+def test_the_dry_run_says_how_later_epochs_are_replanned(capsys):
+    from mindspeed_rl_asp.cli.train import main
+
+    assert main(["scheduler.refit=history", "scheduler.refit_weight=2", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "refit: history, each epoch >= 1 re-planned on (refit_weight=2.0 x predicted" in out
+    assert main(["--dry-run"]) == 0
+    assert "refit:" not in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
     """12 prompts, 3 epochs (9 steps of 4): ridge fitted on a profile, epochs 1 and 2

@@ -184,7 +184,17 @@ def _make_predictor(cfg, kind: str):
 
 
 def describe_predictor(cfg, num_prompts: int) -> str:
-    """One line: what the run would do to get its predicted lengths (the dry run prints it)."""
+    """One line: what the run would do to get its predicted lengths (the dry run prints
+    it), and, with ``scheduler.refit``, how later epochs are re-planned."""
+    s = cfg.scheduler
+    refit = getattr(s, "refit", "none")
+    if refit != "none":
+        return (_describe_first_plan(cfg, num_prompts) + f"; refit: {refit}, each epoch >= 1 re-planned on "
+                f"(refit_weight={s.refit_weight} x predicted + observed lengths) / (refit_weight + samples)")
+    return _describe_first_plan(cfg, num_prompts)
+
+
+def _describe_first_plan(cfg, num_prompts: int) -> str:
     s = cfg.scheduler
     if s.predictor == "reference":
         return "predictor: the task's reference lengths"
