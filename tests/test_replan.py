@@ -413,3 +413,18 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
     assert "2 of 2 re-plans taken" in text
     assert [line.split()[:2] for line in text.splitlines()[2:5]] == [["0", "first"], ["1", "re-planned"],
                                                                       ["2", "re-planned"]]
+
+
+def test_a_run_directory_without_predicted_lengths_only_reports(tmp_path):
+    """A run resumed from a directory written before predicted_lengths.jsonl existed."""
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.runtime.replan import make_epoch_observer
+
+    cfg = load_config(["scheduler.predictor=ridge", "scheduler.refit=history"])
+    replanner = make_epoch_observer(cfg, [], tmp_path, num_actors=2)
+    assert replanner.refit == "none" and replanner.prior == {}
+    replanner.record_lengths(Generate(0, "e0g0m0", ("p0", "p1"), 0), [3, 5, 7, 9] * (cfg.rl.n_samples_per_prompt // 2))
+    report = json.loads(replanner.write_report().read_text())
+    assert "no predicted_lengths.jsonl" in report["note"]
+    assert report["epochs"][0]["prompts"] == 0 and report["epochs"][0]["spearman_rho"] is None
+    assert report["epochs"][0]["complete"]

@@ -238,7 +238,7 @@ class EpochReplanner(Observer):
             out.append({
                 "epoch": e, "replanned": e in self.planned,
                 **rank_stats(self.planned_for(e), observed),
-                "complete": len(observed) == len(self.prior),
+                "complete": len(observed) == len(self.history_count),   # every prompt the run has seen
                 "padding_bubble": round(padding_bubble(groups), 4),
                 "slot_bubble": round(slot_bubble(groups, capacities), 4),
                 "minibatches": len(groups), "generated_tokens": sum(sum(g) for g in groups),
@@ -266,10 +266,16 @@ def make_epoch_observer(cfg, prompts, run_dir: Path, num_actors: int, start: flo
     from .length_profile import PREDICTED_LENGTHS
 
     sched = cfg.scheduler
+    refit = str(getattr(sched, "refit", "none"))
+    describe = {"scheduler": sched.name, "predictor": sched.predictor}
+    lengths_file = Path(run_dir) / PREDICTED_LENGTHS
     if sched.predictor == "reference":
         predicted = dict(task_items(cfg, prompts))
-    else:
-        predicted = dict(read_items_jsonl(Path(run_dir) / PREDICTED_LENGTHS))
+    elif lengths_file.is_file():
+        predicted = dict(read_items_jsonl(lengths_file))
+    else:   # a run directory from before the file existed (resumed): report only
+        predicted, refit = {}, "none"
+        describe["note"] = f"no {PREDICTED_LENGTHS} in the run directory: no refit, no rank correlation"
     engine = cfg.engine
     # A resumed run keeps the plans its first segment re-planned (the checkpoint holds
     # the dispatch list): those epochs are not planned again.
@@ -277,7 +283,7 @@ def make_epoch_observer(cfg, prompts, run_dir: Path, num_actors: int, start: flo
                if p.stem[len("plan_e"):].isdigit()}
     return EpochReplanner(
         run_dir, predicted, cfg.rl.n_samples_per_prompt, num_actors, lambda items: build_plan(cfg, items),
-        refit=str(getattr(sched, "refit", "none")), weight=float(getattr(sched, "refit_weight", 4.0)),
+        refit=refit, weight=float(getattr(sched, "refit_weight", 4.0)),
         start=start, batching=str(engine.get("batching", "static") or "static"),
         max_num_seqs=engine.get("max_num_seqs"),
-        describe={"scheduler": sched.name, "predictor": sched.predictor}, handled=handled)
+        describe=describe, handled=handled)
