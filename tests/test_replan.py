@@ -12,9 +12,10 @@ import json
 import random
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -428,3 +429,66 @@ def test_a_run_directory_without_predicted_lengths_only_reports(tmp_path):
     assert "no predicted_lengths.jsonl" in report["note"]
     assert report["epochs"][0]["prompts"] == 0 and report["epochs"][0]["spearman_rho"] is None
     assert report["epochs"][0]["complete"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actors=st.integers(1, 3), batch=st.integers(1, 4), staleness=st.integers(1, 2),
+       n_prompts=st.integers(6, 20), epochs=st.integers(2, 3), base=st.integers(2, 4),
+       seed=st.integers(0, 2**16), weight=st.sampled_from([0.5, 4.0]))
+def test_the_replanner_under_random_event_orders(actors, batch, staleness, n_prompts, epochs, base, seed, weight):
+    """The real observer re-planning a real plan while events end in any order, with
+    failures: every invariant of the Shell holds, each epoch is re-planned at most once,
+    and every epoch trains each prompt at most once (exactly once for the full ones)."""
+    rng = random.Random(seed)
+    truth = {f"p{i}": float(rng.randint(1, 60)) for i in range(n_prompts)}
+    prior = {p: float(rng.randint(1, 60)) for p in truth}
+    params = SchedulerParams(name="asp", base_batch_size=min(base, n_prompts), slack=1, group_size=1)
+    plan = make_plan(list(prior.items()), params, 1)
+    cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=1,
+                        max_staleness=staleness, queue_capacity=(batch + 2 * base) * 2, high_watermark=1.0,
+                        low_watermark=0.0)
+    minibatches = repeat_for_epochs(plan, epochs)
+    sizes = [len(ids) for _, ids in minibatches]
+    assume(first_window_gap(sizes, batch, staleness, cfg.queue_capacity, sum(sizes) // batch) is None)
+    shell = ReplanShell(cfg, minibatches, chooser=random_chooser(seed, fail_rate=0.2, max_failures=3))
+    import tempfile
+    from mindspeed_rl_asp.control.loop import Fanout
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        replanner = EpochReplanner(Path(run_dir), prior, 1, actors, lambda items: make_plan(items, params, 1),
+                                   refit="history", weight=weight)
+        cluster = shell.cluster
+        plain_next = cluster.next_event
+
+        def next_event():
+            event = plain_next()
+            if isinstance(event, Done) and isinstance(event.action, Generate):
+                return Done(event.action, SimpleNamespace(
+                    lengths=[truth[base_prompt_id(p)] for p in event.action.prompt_ids]))
+            return event
+        cluster.next_event = next_event
+        shell.loop = Loop(shell.core, cluster, Fanout(shell, replanner))
+        budget = 10 * (len(shell.all_ids) + shell.core.total_steps + actors) + 50
+        while shell.advance():
+            budget -= 1
+            assert budget > 0, f"no progress: {shell.core.snapshot()}"
+        shell.check_finish()
+        records = [r["epoch"] for r in replanner.replans]
+        event(f"re-plans taken: {sum(r['accepted'] for r in replanner.replans)} of {len(records)}")
+        assert records == sorted(set(records)) and set(records) <= set(range(1, epochs))
+        # A refusal is the window rule's (or the queue's), and the epoch keeps its first plan.
+        for r in replanner.replans:
+            assert r["accepted"] or "can never be filled" in r["error"] or "queue_capacity" in r["error"], r
+            assert (r["epoch"] in replanner.planned) == r["accepted"]
+        if staleness * batch >= min(base, n_prompts):
+            # Each step's window is wider than any minibatch (at most base + 1 prompts, slack 1)
+            # minus one, so some prefix always lands in it: every re-plan must be taken.
+            assert all(r["accepted"] for r in replanner.replans), replanner.replans
+    consumed = shell.core.consumed_ids()
+    assert len(consumed) == len(set(consumed))
+    full_epochs = len(consumed) // n_prompts
+    for e in range(epochs):
+        trained = sorted(base_prompt_id(p) for p in consumed if prompt_epoch(p) == e)
+        assert len(trained) == len(set(trained))
+        if e < full_epochs:
+            assert trained == sorted(truth), f"epoch {e}"
