@@ -33,8 +33,10 @@ def restart_options(actor_restarts) -> dict:
     times after its process dies (``fault.actor_restarts``). Calls running when it died
     are not retried by Ray (``max_task_retries=0``): the Control Unit re-dispatches the
     minibatch itself, so no minibatch is ever generated twice behind its back."""
+    from ..config.validate import ConfigError
+
     if isinstance(actor_restarts, bool) or not isinstance(actor_restarts, int) or actor_restarts < 0:
-        raise ValueError(f"fault.actor_restarts={actor_restarts!r} must be an int >= 0 (how many times a "
+        raise ConfigError(f"fault.actor_restarts={actor_restarts!r} must be an int >= 0 (how many times a "
                          "generation actor whose process died is restarted before it is retired)")
     return {"max_restarts": actor_restarts, "max_task_retries": 0}
 
