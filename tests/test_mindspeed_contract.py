@@ -54,6 +54,7 @@ def contract_results(tmp_path_factory):
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 32})
     env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"   # the checkout is read only: no __pycache__ in it
     run = subprocess.run([sys.executable, str(STUBS / "contract_child.py"), str(out)], env=env,
                          capture_output=True, text=True, timeout=900)
     if not out.exists():
