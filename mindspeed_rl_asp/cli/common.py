@@ -20,6 +20,8 @@ class UserError(Exception):
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
+    from ..control.core import ActorsExhausted
+    from ..control.loop import TrainerFailed
     from ..engines.base import EngineError
     from ..schedule.partition import ScheduleError
     from ..sim.profiles import ProfileError
@@ -29,7 +31,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from ..weights.store import WeightStoreError
 
     return (ConfigError, UserError, EngineError, MazeFormatError, TaskError, ScheduleError, WeightStoreError, ProfileError,
-            WorkloadError, FileNotFoundError)
+            WorkloadError, FileNotFoundError, TrainerFailed, ActorsExhausted)
 
 
 def usage(prog: str, summary: str) -> str:

@@ -328,6 +328,10 @@ def validate_config(cfg, training: bool = True) -> None:
         beta = getattr(cfg.train, key)
         if not 0.0 <= beta < 1.0:
             problems.append(f"train.{key}={beta} must be in [0, 1) (AdamW's moment decay)")
+    restarts = cfg.fault.actor_restarts
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        problems.append(f"fault.actor_restarts={restarts!r} must be an int >= 0 (how many times a generation "
+                        "actor whose process died is restarted before it is retired; 0: retire at once)")
     if cfg.save_every < 0:
         problems.append(f"save_every={cfg.save_every} must be >= 0 (0: no checkpoints)")
     if cfg.keep_checkpoints < 1:
