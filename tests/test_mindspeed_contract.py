@@ -111,3 +111,108 @@ def test_skip_reason_names_the_variable(monkeypatch):
     assert "MINDSPEED_RL_CHECKOUT is not set" in skip_reason()
     monkeypatch.setattr(sys.modules[__name__], "CHECKOUT", "/nonexistent-checkout")
     assert "has no mindspeed_rl package" in skip_reason()
+
+
+class FakeWorkerGroup:
+    """A RayActorGroup that does on the dock what MindSpeed-RL's workers do (as read from
+    actor_hybrid_worker.py / reference_worker.py): read their columns for every row as
+    their consumer, write their output column; ``update`` records what it read."""
+
+    def __init__(self, shards=None):
+        self.td = None
+        self.inits = 0
+        self.updates = []
+        self.shards = shards or {}
+
+    def sync_init_transfer_dock(self, transfer_dock):
+        self.td = transfer_dock
+        self.inits += 1
+
+    def _stage(self, consumer, output):
+        import torch
+
+        rows = list(range(self.td.max_len))
+        batch, index = self.td.get_experience(consumer, ["input_ids", "responses", "response_length", "prompt_length"],
+                                              indexes=rows)
+        lengths = batch["response_length"].reshape(-1).tolist()
+        values = [torch.tensor([-0.5 * float(t) for t in batch["responses"][i][:n]]) for i, n in enumerate(lengths)]
+        self.td.put_experience({output: values}, indexes=index)
+
+    def compute_log_prob(self, blocking=False):
+        self._stage("actor_log_prob", "old_log_prob")
+
+    def compute_ref_log_prob(self, blocking=False):
+        self._stage("ref_log_prob", "ref_log_prob")
+
+    def update(self, kl_ctrl, skip_actor_log_prob):
+        columns = ["responses", "advantages", "old_log_prob", "ref_log_prob", "input_ids", "response_length",
+                   "prompt_length"]
+        batch, _ = self.td.get_experience("actor_train", columns, indexes=list(range(self.td.max_len)))
+        self.updates.append((skip_actor_log_prob, batch))
+
+    def execute_sync_command(self, method_name, *args, **kwargs):
+        assert method_name == "asp_state_dict"
+        return [((r.pp, r.tp, r.ep), state) for r, state in self.shards.items()]
+
+
+def fake_engine(shards=None):
+    from mindspeed_rl_asp.integrations.mindspeed.dock_model import InProcessDock
+    from mindspeed_rl_asp.integrations.mindspeed.engine import DockCalls, MindSpeedTrainingEngine
+    from mindspeed_rl_asp.integrations.mindspeed.queue import ASP_COLUMNS
+
+    engine = MindSpeedTrainingEngine.__new__(MindSpeedTrainingEngine)   # no Megatron here: the glue only
+    engine.actor, engine.reference = FakeWorkerGroup(shards), FakeWorkerGroup()
+    engine.docks = DockCalls([engine.actor, engine.reference],
+                             make_dock=lambda rows: InProcessDock(rows, 1, GBS_train=rows,
+                                                                  addition_columns=list(ASP_COLUMNS)),
+                             call=lambda dock, name, **kw: getattr(dock, name)(**kw))
+    engine.version = 0
+    return engine
+
+
+def test_engine_logprobs_and_reference_through_the_dock():
+    engine = fake_engine()
+    prompts, responses = [[1, 2], [3]], [[4, 5, 6], [7]]
+    assert engine.logprobs(prompts, responses) == [[-2.0, -2.5, -3.0], [-3.5]]
+    assert engine.reference_logprobs(prompts, responses) == [[-2.0, -2.5, -3.0], [-3.5]]
+    engine.logprobs([[1]] * 3, [[2]] * 3)          # another row count: another dock, handed to the workers
+    assert engine.actor.inits == 2 and engine.reference.inits == 2
+    engine.logprobs(prompts, responses)            # back to 2 rows: the first dock again
+    assert len(engine.docks.docks) == 2 and engine.actor.inits == 3
+
+
+def test_engine_train_step_puts_what_mindspeed_rl_update_reads():
+    from mindspeed_rl_asp.engines.base import TrainBatch
+
+    engine = fake_engine()
+    batch = TrainBatch([[1, 2], [3]], [[4, 5, 6], [7]],
+                       {"advantages": [0.5, -1.0], "behaviour_logprobs": [[-1.0, -1.1, -1.2], [-2.0]],
+                        "proximal_logprobs": [[-0.1, -0.2, -0.3], [-0.4]], "ref_logprobs": [[-9.0] * 3, [-9.0]]})
+    metrics = engine.train_step(batch, loss_fn=None)
+    assert engine.version == 1 and metrics["asp_loss_fn_used"] == 0.0
+    skip, seen = engine.actor.updates[0]
+    assert skip is False   # old_log_prob is in the dock; MindSpeed-RL must not drop it
+    assert seen["advantages"][0][:3].tolist() == [0.5] * 3 and seen["advantages"][1][:1].tolist() == [-1.0]
+    assert [round(x, 4) for x in seen["old_log_prob"][0][:3].tolist()] == [-0.1, -0.2, -0.3]   # proximal first
+    assert seen["ref_log_prob"][1][:1].tolist() == [-9.0]
+    assert seen["input_ids"][0][:5].tolist() == [1, 2, 4, 5, 6]
+    del batch.extras["proximal_logprobs"]
+    engine.train_step(batch)
+    assert [round(x, 4) for x in engine.actor.updates[1][1]["old_log_prob"][0][:3].tolist()] == [-1.0, -1.1, -1.2]
+
+
+def test_engine_exports_hugging_face_tensors_from_megatron_ranks():
+    import torch
+
+    from test_mindspeed_weight_map import QWEN3, random_hf
+
+    from mindspeed_rl_asp.integrations.mindspeed.weight_map import Parallel, hf_to_megatron
+
+    hf = random_hf(QWEN3)
+    parallel = Parallel(tp=2, pp=2)
+    engine = fake_engine(hf_to_megatron(hf, QWEN3, parallel))
+    engine.shape, engine.parallel = QWEN3, parallel
+    engine.version = 3
+    snapshot = engine.export_weights()
+    assert snapshot.version == 3 and sorted(snapshot.tensors) == sorted(hf)
+    assert all(torch.equal(snapshot.tensors[k], hf[k]) for k in hf)

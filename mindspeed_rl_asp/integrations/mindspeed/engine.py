@@ -206,47 +206,57 @@ def _read_yaml(path: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
-class _DockCalls:
-    """A GRPOTransferDock per row count (the dock's size is its all-consumed condition),
-    handed to the worker groups when it changes."""
+def _ray_dock(rows: int):
+    """A GRPOTransferDock Ray actor for ``rows`` single-sample rows."""
+    from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
+    from mindspeed_rl.utils.metrics import Metric
 
-    def __init__(self, groups: Sequence[Any]):
+    from .queue import ASP_COLUMNS
+
+    # GBS_train = rows: its default 0 makes n-sample reads return nothing.
+    return GRPOTransferDock.remote(prompts_num=rows, n_samples_per_prompt=1, metrics=Metric(), GBS_train=rows,
+                                   addition_columns=list(ASP_COLUMNS))
+
+
+def _ray_call(dock, name: str, **kwargs):
+    import ray
+
+    return ray.get(getattr(dock, name).remote(**kwargs))
+
+
+class DockCalls:
+    """A dock per row count (a dock's size is its all-consumed condition: MindSpeed-RL's
+    stages loop until every row is consumed), handed to the worker groups when it changes.
+    ``make_dock(rows)`` and ``call(dock, method, **kwargs)``: the real dock on Ray by
+    default; tests pass the in-process model."""
+
+    def __init__(self, groups: Sequence[Any], make_dock: Callable = _ray_dock, call: Callable = _ray_call):
         self.groups = groups
+        self.make_dock = make_dock
+        self.call = call
         self.docks: dict[int, Any] = {}
         self.current = None
 
     def dock_for(self, rows: int):
-        import ray
-        from mindspeed_rl.trainer.utils.transfer_dock import GRPOTransferDock
-        from mindspeed_rl.utils.metrics import Metric
-
-        from .queue import ASP_COLUMNS
-
         if rows not in self.docks:
-            self.docks[rows] = GRPOTransferDock.remote(prompts_num=rows, n_samples_per_prompt=1, metrics=Metric(),
-                                                       GBS_train=rows, addition_columns=list(ASP_COLUMNS))
+            self.docks[rows] = self.make_dock(rows)
         dock = self.docks[rows]
-        ray.get(dock.clear.remote())
+        self.call(dock, "clear")
         if dock is not self.current:
             for group in self.groups:
                 group.sync_init_transfer_dock(dock)
             self.current = dock
         return dock
 
-    @staticmethod
-    def put(dock, columns: dict, rows: int) -> None:
-        import ray
+    def put(self, dock, columns: dict, rows: int) -> None:
+        self.call(dock, "put_experience", data_dict=columns, indexes=list(range(rows)))
 
-        ray.get(dock.put_experience.remote(data_dict=columns, indexes=list(range(rows))))
-
-    @staticmethod
-    def read(dock, column: str, lengths: Sequence[int]) -> list[list[float]]:
-        import ray
-
-        batch, index = ray.get(dock.get_experience.remote(consumer="trainer", experience_columns=[column],
-                                                          indexes=list(range(len(lengths)))))
+    def read(self, dock, column: str, lengths: Sequence[int]) -> list[list[float]]:
+        """``column`` of rows ``0 .. len(lengths)-1``, each cut to its response length."""
+        batch, _ = self.call(dock, "get_experience", consumer="trainer", experience_columns=[column],
+                             indexes=list(range(len(lengths))))
         values = batch[column]
-        return [values[i][:n].tolist() for i, n in zip(index, lengths)]
+        return [values[position][:n].tolist() for position, n in enumerate(lengths)]
 
 
 def _rows(prompt_ids, response_ids) -> dict:
@@ -303,7 +313,7 @@ class MindSpeedTrainingEngine:
                       global_batch_size=actor_config.global_batch_size * self.rl_config.n_samples_per_prompt)
         self.actor = RayActorGroup(worker=_actor_worker_class(), megatron_config=actor_config, **common).initialize()
         self.reference = RayActorGroup(worker=ReferenceWorker, megatron_config=ref_config, **common).initialize()
-        self.docks = _DockCalls([self.actor, self.reference])
+        self.docks = DockCalls([self.actor, self.reference])
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path),
                                                padded_vocab_size=getattr(actor_config, "padded_vocab_size", 0) or 0)
