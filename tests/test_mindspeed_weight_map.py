@@ -172,3 +172,33 @@ def test_random_qwen3_checkpoint_round_trips_through_tp2(tmp_path):
     # And the model loads it back unchanged (names and shapes are the checkpoint's).
     result = model.load_state_dict(back, strict=True)
     assert not result.missing_keys and not result.unexpected_keys
+
+
+def test_saved_qwen3_moe_checkpoint_round_trips_through_tp2_ep2(tmp_path):
+    """A real transformers Qwen3-MoE, as save_pretrained writes it (per-expert names; in
+    memory transformers fuses the experts) -> Megatron TP=2 x EP=2 -> HF, exactly."""
+    from safetensors.torch import load_file
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(vocab_size=40, hidden_size=16, intermediate_size=24, moe_intermediate_size=6,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                            num_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)
+    Qwen3MoeForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
+    hf = {}
+    for file in sorted(tmp_path.glob("*.safetensors")):
+        hf.update(load_file(file))
+    assert "model.layers.1.mlp.experts.3.down_proj.weight" in hf
+    shape = ModelShape.from_hf_config(config)
+    assert shape.num_experts == 4 and shape.qk_norm
+    parallel = Parallel(tp=2, ep=2)
+    assert_same(megatron_to_hf(hf_to_megatron(hf, shape, parallel), shape, parallel), hf)
+
+
+def test_tied_embeddings_have_no_output_layer():
+    shape = ModelShape(num_layers=1, hidden_size=8, num_attention_heads=4, num_key_value_heads=2, head_dim=2,
+                       vocab_size=10, intermediate_size=8, tie_word_embeddings=True)
+    hf = random_hf(shape)
+    shards = hf_to_megatron(hf, shape, Parallel(tp=2))
+    assert all("output_layer.weight" not in state for state in shards.values())
+    assert_same(megatron_to_hf(shards, shape, Parallel(tp=2)), hf)
