@@ -199,6 +199,8 @@ class TrainingWorker:
         if not isinstance(self.engine, HFTrainingEngine):
             raise EngineError(f"train.ranks={world} needs the hf training engine (FSDP); "
                               f"{type(self.engine).__name__} trains on one rank only")
+        if self.channel is not None:   # each rank would fill its own dock (or the same topic)
+            raise EngineError(f"train.data_channel needs train.ranks=1 (got {world}); use train.data_channel=local")
         init_world(backend_for(device_type), rank, world, host, port, timeout_s,
                    store=getattr(self, "_store", None) if rank == 0 else None)
         self.engine = HFShardedTrainingEngine(self.engine)
