@@ -325,6 +325,8 @@ class MindSpeedTrainingEngine:
 
     # ------------------------------------------------------------------ protocol
     def logprobs(self, prompt_ids, response_ids, temperature: float = 1.0) -> list[list[float]]:
+        """MindSpeed-RL's actor log-probs; it divides the logits by its own
+        ``generate_config.sampling_config.temperature`` (``temperature`` here is not used)."""
         dock = self.docks.dock_for(len(response_ids))
         self.docks.put(dock, _rows(prompt_ids, response_ids), len(response_ids))
         self.actor.compute_log_prob(blocking=True)
@@ -372,6 +374,13 @@ class MindSpeedTrainingEngine:
     def save(self, path: str) -> None:
         """MindSpeed-RL's own checkpoint (its ``save`` directory; ``path`` is not used by it)."""
         self.actor.save_checkpoint(self.version)
+
+    def optimizer_state(self):
+        raise MindSpeedEngineError("save_every / resume with engine=mindspeed are not built: MindSpeed-RL "
+                                   "checkpoints its actor itself (its save / save_interval keys); set save_every=0")
+
+    def load_optimizer_state(self, state) -> None:
+        self.optimizer_state()
 
 
 class MindSpeedReferencePolicy:
