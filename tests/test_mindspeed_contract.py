@@ -150,6 +150,9 @@ class FakeWorkerGroup:
         batch, _ = self.td.get_experience("actor_train", columns, indexes=list(range(self.td.max_len)))
         self.updates.append((skip_actor_log_prob, batch))
 
+    def save_checkpoint(self, iteration):
+        self.saved = iteration
+
     def execute_sync_command(self, method_name, *args, **kwargs):
         assert method_name == "asp_state_dict"
         return [((r.pp, r.tp, r.ep), state) for r, state in self.shards.items()]
@@ -216,3 +219,25 @@ def test_engine_exports_hugging_face_tensors_from_megatron_ranks():
     snapshot = engine.export_weights()
     assert snapshot.version == 3 and sorted(snapshot.tensors) == sorted(hf)
     assert all(torch.equal(snapshot.tensors[k], hf[k]) for k in hf)
+
+
+def test_engine_save_writes_a_loadable_hugging_face_policy(tmp_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from hf_random import save_random_checkpoint
+
+    from mindspeed_rl_asp.integrations.mindspeed.weight_map import ModelShape, Parallel, hf_to_megatron
+
+    start = save_random_checkpoint(tmp_path / "start", family="qwen3")
+    model = AutoModelForCausalLM.from_pretrained(start)
+    trained = {k: v.detach() + 1.0 for k, v in model.state_dict().items()}   # "after training"
+    shape, parallel = ModelShape.from_hf_config(AutoConfig.from_pretrained(start)), Parallel(tp=2)
+    engine = fake_engine(hf_to_megatron(trained, shape, parallel))
+    engine.shape, engine.parallel, engine.version = shape, parallel, 2
+    engine.model_path, engine.tokenizer = str(start), AutoTokenizer.from_pretrained(start)
+    engine.save(str(tmp_path / "policy"))
+    assert engine.actor.saved == 2                      # MindSpeed-RL's own checkpoint too
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "policy").state_dict()
+    assert all(torch.equal(loaded[k], trained[k]) for k in trained)
+    assert engine.optimizer_state() == {}

@@ -314,6 +314,7 @@ class MindSpeedTrainingEngine:
         self.actor = RayActorGroup(worker=_actor_worker_class(), megatron_config=actor_config, **common).initialize()
         self.reference = RayActorGroup(worker=ReferenceWorker, megatron_config=ref_config, **common).initialize()
         self.docks = DockCalls([self.actor, self.reference])
+        self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path),
                                                padded_vocab_size=getattr(actor_config, "padded_vocab_size", 0) or 0)
@@ -372,15 +373,27 @@ class MindSpeedTrainingEngine:
         return ExportedWeights(self.version, self.state_tensors())
 
     def save(self, path: str) -> None:
-        """MindSpeed-RL's own checkpoint (its ``save`` directory; ``path`` is not used by it)."""
-        self.actor.save_checkpoint(self.version)
+        """MindSpeed-RL's own checkpoint of the actor (weights and optimizer, in its ``save``
+        directory), and the policy as a Hugging Face checkpoint at ``path`` (config and
+        tokenizer of the starting model, the weights mapped by the weight map)."""
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
 
-    def optimizer_state(self):
-        raise MindSpeedEngineError("save_every / resume with engine=mindspeed are not built: MindSpeed-RL "
-                                   "checkpoints its actor itself (its save / save_interval keys); set save_every=0")
+        self.actor.save_checkpoint(self.version)
+        tensors = {k: v.contiguous() for k, v in self.state_tensors().items()}
+        os.makedirs(path, exist_ok=True)
+        save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        AutoConfig.from_pretrained(self.model_path).save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    def optimizer_state(self) -> dict:
+        """Empty: the optimizer is in MindSpeed-RL's own checkpoint (``save``)."""
+        return {}
 
     def load_optimizer_state(self, state) -> None:
-        self.optimizer_state()
+        raise MindSpeedEngineError("resume with engine=mindspeed is not built: the optimizer state is in "
+                                   "MindSpeed-RL's checkpoint (its save directory), which its actor loads with "
+                                   "its own load key; start a new run from the saved policy instead")
 
 
 class MindSpeedReferencePolicy:
