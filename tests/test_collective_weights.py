@@ -169,7 +169,8 @@ def test_every_trainer_rank_is_placed_on_the_t_nodes():
     text = placement.describe()
     assert "32 data-parallel ranks" in text and "trainer rank 31: node 3 (1 NPU)" in text
     # One rank is today's trainer: its first node whole.
-    assert plan_placement(layout, "async").trainers == (placement.trainers[0].__class__("train", 0, 0, 8.0),)
+    assert plan_placement(layout, "async").trainers == (
+        placement.trainers[0].__class__("train", 0, 0, 8.0, devices=tuple(range(8))),)   # one rank: the whole node
 
 
 def test_dry_run_shows_every_rank_and_the_transport(capsys):
