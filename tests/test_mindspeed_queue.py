@@ -9,7 +9,8 @@ import torch
 
 from mindspeed_rl_asp.integrations.mindspeed.dock_model import InProcessDock, pad_columns, unpad_columns
 from mindspeed_rl_asp.integrations.mindspeed.queue import (
-    ASP_COLUMNS, ChannelError, DockChannel, DockLayout, columns_to_groups, groups_to_columns, make_channel)
+    ASP_COLUMNS, ChannelError, DockChannel, DockLayout, columns_to_groups, data_channel_problems,
+    groups_to_columns, make_channel)
 from mindspeed_rl_asp.runtime.generation_unit import SampleGroup
 
 N = 3
@@ -132,3 +133,12 @@ def test_dock_model_keeps_the_real_docks_errors():
 def test_dock_channel_without_mindspeed_rl_says_what_to_install():
     with pytest.raises(ChannelError, match="needs MindSpeed-RL importable.*train.data_channel=local"):
         make_channel("transfer_dock", 2, N)
+
+
+def test_data_channel_problems_before_anything_starts():
+    assert data_channel_problems("local", ranks=4) == []
+    assert data_channel_problems("dock") == ["train.data_channel='dock' is not one of local, transfer_dock, "
+                                             "transfer_queue"]
+    assert any("train.ranks=1 (got 2)" in p for p in data_channel_problems("transfer_queue", ranks=2))
+    importable = importlib.util.find_spec("mindspeed_rl") is not None
+    assert any("needs mindspeed_rl importable" in p for p in data_channel_problems("transfer_dock")) != importable
