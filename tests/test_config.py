@@ -103,3 +103,13 @@ def test_run_dir_holds_resolved_config(tmp_path: Path):
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.seed == 7 and saved.layout.name == "local"
     assert load_config([f"{k}={v}" for k, v in [("seed", 7)]]).seed == saved.seed
+
+
+def test_a_mindspeed_data_channel_is_checked_with_the_config():
+    import importlib.util
+
+    with pytest.raises(ConfigError, match="train.data_channel='dock' is not one of"):
+        load_config(["train.data_channel=dock"])
+    if importlib.util.find_spec("mindspeed_rl") is None:
+        with pytest.raises(ConfigError, match="needs mindspeed_rl importable"):
+            load_config(["train.data_channel=transfer_dock"])

@@ -271,6 +271,30 @@ def algo_problems(algo) -> list[str]:
     return []
 
 
+# train.data_channel: where a step's samples travel inside the Training Unit
+# (integrations/mindspeed/queue.py builds the channel).
+DATA_CHANNELS = ("local", "transfer_dock", "transfer_queue")
+
+
+def data_channel_problems(kind: str, ranks: int = 1) -> list[str]:
+    """What is wrong with ``train.data_channel=kind`` before anything starts (for config
+    validation): an unknown name, MindSpeed-RL not importable, several trainer ranks."""
+    import importlib.util
+
+    if kind not in DATA_CHANNELS:
+        return [f"train.data_channel={kind!r} is not one of {', '.join(DATA_CHANNELS)}"]
+    if kind == "local":
+        return []
+    problems = []
+    if importlib.util.find_spec("mindspeed_rl") is None:
+        problems.append(f"train.data_channel={kind} needs mindspeed_rl importable: put a checkout of "
+                        "Ascend/MindSpeed-RL on PYTHONPATH (docs/mindspeed_rl_adapters.md), or use "
+                        "train.data_channel=local")
+    if ranks != 1:
+        problems.append(f"train.data_channel={kind} needs train.ranks=1 (got {ranks}); use train.data_channel=local")
+    return problems
+
+
 def distributed_problems(cfg) -> list[str]:
     """``train.ranks`` (trainer ranks) and the ``weights`` transport keys."""
     p: list[str] = []
@@ -282,6 +306,8 @@ def distributed_problems(cfg) -> list[str]:
     elif ranks != "auto" and ranks > most:
         p.append(f"train.ranks={ranks} exceeds the {most} training device(s) ({where}); lower train.ranks, "
                  f"set train.ranks=auto, or give the Training Unit more devices")
+    if not p:   # MindSpeed-RL's data channel: importable, one trainer rank
+        p += data_channel_problems(cfg.train.data_channel, most if ranks == "auto" else ranks)
     w = cfg.weights
     _choice(p, "weights.transport", w.transport, WEIGHT_TRANSPORTS)
     _positive(p, "weights.bucket_mb", w.bucket_mb)

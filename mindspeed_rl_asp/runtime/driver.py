@@ -188,6 +188,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             ray.get(pg.ready())
             threads = cfg.engine.num_threads
             engine_cfg = OmegaConf.to_container(cfg.engine)
+            if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
+                engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
             sampling = OmegaConf.to_container(cfg.generate.sampling_config)
             transport_name, num_gen = cfg.weights.transport, len(placement.generators)
             gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)

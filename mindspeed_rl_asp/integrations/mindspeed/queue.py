@@ -29,10 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+# The channel names and the start-up check live with the config (config/validate.py may
+# not import this package); re-exported here.
+from ...config.validate import DATA_CHANNELS, data_channel_problems
+
 __all__ = ["ASP_COLUMNS", "DATA_CHANNELS", "DockGroup", "DockLayout", "DockChannel", "ChannelError",
            "groups_to_columns", "columns_to_groups", "make_channel", "data_channel_problems"]
 
-DATA_CHANNELS = ("local", "transfer_dock", "transfer_queue")
+
 # Columns GRPOTransferDock does not have and ASP adds (``addition_columns``).
 ASP_COLUMNS = ("rollout_log_prob", "policy_version")
 # What MindSpeed-RL's rollout stage writes for a sample (actor_hybrid_worker.sync_generate_process
@@ -198,25 +202,6 @@ class DockChannel:
     def clear(self) -> None:
         self._clear()
         self.prompt_ids = {}
-
-
-def data_channel_problems(kind: str, ranks: int = 1) -> list[str]:
-    """What is wrong with ``train.data_channel=kind`` before anything starts (for config
-    validation): an unknown name, MindSpeed-RL not importable, several trainer ranks."""
-    import importlib.util
-
-    if kind not in DATA_CHANNELS:
-        return [f"train.data_channel={kind!r} is not one of {', '.join(DATA_CHANNELS)}"]
-    if kind == "local":
-        return []
-    problems = []
-    if importlib.util.find_spec("mindspeed_rl") is None:
-        problems.append(f"train.data_channel={kind} needs mindspeed_rl importable: put a checkout of "
-                        "Ascend/MindSpeed-RL on PYTHONPATH (docs/mindspeed_rl_adapters.md), or use "
-                        "train.data_channel=local")
-    if ranks != 1:
-        problems.append(f"train.data_channel={kind} needs train.ranks=1 (got {ranks}); use train.data_channel=local")
-    return problems
 
 
 def make_channel(kind: str, prompts_num: int, n_samples_per_prompt: int) -> DockChannel | None:
