@@ -104,6 +104,63 @@ def interrupt_signals():
             signal.signal(sig, old)
 
 
+def start_segment(cfg, run_dir: Path, prompts):
+    """Where this run segment starts: ``(resume point or None, prior control state,
+    minibatches to dispatch)``. A new run plans (``plan.json``); a resumed one takes the
+    checkpoint's dispatch list minus what was trained, sweeps partial checkpoints and
+    sets aside the metrics the dead segment wrote after its checkpoint."""
+    from ..config.validate import ConfigError
+    from .checkpoint import (ControlState, checkpoints_dir, find_resume_point, remaining_minibatches,
+                             set_aside_metrics_after, sweep_partials)
+    from .planning import plan_run
+
+    if not cfg.resume:
+        plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
+        plan.save(run_dir / "plan.json")
+        return None, ControlState(0, [], [], epochs, cfg.steps), minibatches
+    resume = find_resume_point(run_dir)
+    prior = resume.control
+    if prior.version >= cfg.steps:
+        raise ConfigError(f"resume={cfg.resume!r}: the run already trained all steps={cfg.steps} "
+                          f"(checkpoint {resume.path.name}); nothing to resume")
+    sweep_partials(checkpoints_dir(run_dir))
+    set_aside_metrics_after(run_dir, prior.version)
+    return resume, prior, remaining_minibatches(prior.minibatches, prior.consumed)
+
+
+def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -> tuple[list, list]:
+    """The generation actors and the trainer rank actors in their placement-group slots,
+    starting from ``weights_path`` (a resumed run: its checkpoint's policy); the trainer's
+    KL reference is ``model_path``, the run's starting checkpoint."""
+    from .generation_unit import GenerationWorker, restart_options
+    from .training_unit import TrainingWorker
+    from .transport import remote_class
+
+    threads = cfg.engine.num_threads
+    engine_cfg = OmegaConf.to_container(cfg.engine)
+    if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
+        engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
+    sampling = OmegaConf.to_container(cfg.generate.sampling_config)
+    transport_name, num_gen = cfg.weights.transport, len(placement.generators)
+    gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
+    generators = [
+        gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
+                        **restart_options(cfg.fault.actor_restarts)).remote(
+            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt)
+        for slot in placement.generators
+    ]
+    # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
+    trainers = [
+        remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
+            **_ray_options(pg, slot, placement.resource, threads)).remote(
+            engine_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+            OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
+            cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
+        for slot in placement.trainers
+    ]
+    return generators, trainers
+
+
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
                  on_eval: Callable[[str, int, int], None] | None = None, task=None,
@@ -125,22 +182,19 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     written (with ``save_every``) and the summary says ``interrupted``."""
     import ray
 
-    from ..config.validate import ConfigError, resolve_model_path
+    from ..config.validate import resolve_model_path
     from ..control.core import is_colocated
     from ..policy.tokenizer import load_tokenizer
     from ..schedule.configured import configured_task
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
-    from .generation_unit import GenerationWorker, restart_options
-    from .planning import make_control_core, plan_run
+    from .planning import make_control_core
     from .ray_cluster import RayCluster
     from .placement import plan_placement
     from .recorder import RunRecorder
     from .replan import make_epoch_observer
-    from .training_unit import TrainingWorker
-    from .transport import make_transport, remote_class
-    from .checkpoint import (ControlState, Checkpointer, checkpoints_dir, find_resume_point, latest_checkpoint,
-                             merge_histograms, remaining_minibatches, set_aside_metrics_after, sweep_partials)
+    from .transport import make_transport
+    from .checkpoint import Checkpointer, latest_checkpoint, merge_histograms
     from ..control.loop import Fanout, Loop, TrainerFailed
     from ..control.core import ActorsExhausted
 
@@ -150,21 +204,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     task = task if task is not None else configured_task(cfg, tokenizer, training=True)
     prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
-    resume = find_resume_point(run_dir) if cfg.resume else None
-    if resume is None:
-        plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
-        plan.save(run_dir / "plan.json")
-        prior = ControlState(0, [], [], epochs, cfg.steps)
-        weights_path = model_path
-    else:   # the saved dispatch list minus what was trained; versions continue from the saved one
-        prior = resume.control
-        if prior.version >= cfg.steps:
-            raise ConfigError(f"resume={cfg.resume!r}: the run already trained all steps={cfg.steps} "
-                              f"(checkpoint {resume.path.name}); nothing to resume")
-        sweep_partials(checkpoints_dir(run_dir))
-        set_aside_metrics_after(run_dir, prior.version)
-        epochs, minibatches = prior.epochs, remaining_minibatches(prior.minibatches, prior.consumed)
-        weights_path = str(resume.policy)
+    resume, prior, minibatches = start_segment(cfg, run_dir, prompts)
+    epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
     offset = prior.version
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks)
@@ -177,6 +218,14 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
                     "correctness_reward": task.rewards.correctness.name,
                     "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
+
+    def summary_of_segment(**more) -> dict:
+        """What every summary says (done, failed or interrupted), plus ``more``."""
+        return {"steps": core.trainer_version + offset, "epochs": epochs,
+                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
+                "faults": recorder.faults if recorder is not None else [],
+                "resumed_from": resumed_from, "task": task_summary, **more}
+
     with interrupt_signals() as received:
         recorder = pg = loop = None
         try:
@@ -186,28 +235,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             (run_dir / "placement.txt").write_text(placement.describe() + "\n")
             pg = placement_group(list(placement.bundles), strategy="PACK")
             ray.get(pg.ready())
-            threads = cfg.engine.num_threads
-            engine_cfg = OmegaConf.to_container(cfg.engine)
-            if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
-                engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
-            sampling = OmegaConf.to_container(cfg.generate.sampling_config)
-            transport_name, num_gen = cfg.weights.transport, len(placement.generators)
-            gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
-            generators = [
-                gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
-                                **restart_options(cfg.fault.actor_restarts)).remote(
-                    slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt)
-                for slot in placement.generators
-            ]
-            # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
-            trainers = [
-                remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
-                    **_ray_options(pg, slot, placement.resource, threads)).remote(
-                    engine_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
-                    OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
-                    cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
-                for slot in placement.trainers
-            ]
+            generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task)
             trainer = trainers[0]
             ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
             connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
@@ -241,30 +269,19 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             outcome = loop.outcome
             finish = outcome.finish
             wall_time = cluster.now() - start + prior.wall_time_s
-            summary = {
-                "steps": core.trainer_version + offset, "wall_time_s": wall_time, "epochs": epochs,
-                "at_finish": outcome.summary(),
-                "policy_age_histogram": merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
-                "generation_failures": prior.generation_failures + recorder.failures,
-                "faults": recorder.faults,
-                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
-                "resumed_from": resumed_from,
-                "checkpoint": checkpointer.last_path and str(checkpointer.last_path),
-                "task": task_summary,
-                "unused_prompts": {"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
-                                   "running": len(finish.running)},
-            }
+            summary = summary_of_segment(
+                wall_time_s=wall_time, at_finish=outcome.summary(),
+                policy_age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
+                generation_failures=prior.generation_failures + recorder.failures,
+                checkpoint=checkpointer.last_path and str(checkpointer.last_path),
+                unused_prompts={"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
+                                "running": len(finish.running)})
             final_path = run_dir / "final_policy"
             if cfg.eval.save_final_policy or cfg.eval.num_prompts:
                 ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
         except (TrainerFailed, ActorsExhausted) as error:   # the run cannot go on: say so, then raise
-            summary = {
-                "failed": True, "error": str(error).splitlines()[0] if str(error) else type(error).__name__,
-                "steps": core.trainer_version + offset, "epochs": epochs,
-                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
-                "faults": recorder.faults if recorder is not None else [],
-                "resumed_from": resumed_from, "task": task_summary,
-            }
+            summary = summary_of_segment(
+                failed=True, error=str(error).splitlines()[0] if str(error) else type(error).__name__)
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             raise
         except KeyboardInterrupt:   # Ctrl-C or SIGTERM (interrupt_signals)
@@ -276,16 +293,10 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 except KeyboardInterrupt:   # a second signal: stop at once (the last checkpoint stays)
                     pass
             latest = latest_checkpoint(run_dir)
-            summary = {
-                "interrupted": True, "signal": received[0] if received else "SIGINT",
-                "stage": "training" if loop is not None else "starting actors",
-                "steps": core.trainer_version + offset, "epochs": epochs,
-                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
-                "resumed_from": resumed_from, "task": task_summary,
-                "checkpoint": latest and str(latest),
-                "resume_command": f"asp-train resume={run_dir}" if latest else None,
-                "faults": recorder.faults if recorder is not None else [],
-            }
+            summary = summary_of_segment(
+                interrupted=True, signal=received[0] if received else "SIGINT",
+                stage="training" if loop is not None else "starting actors", checkpoint=latest and str(latest),
+                resume_command=f"asp-train resume={run_dir}" if latest else None)
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             return summary
         finally:
