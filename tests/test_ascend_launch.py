@@ -163,7 +163,7 @@ def test_every_ascend_layout_has_a_launch_script_that_dry_runs(name):
 def test_asp_launch_takes_a_mindspeed_job_and_its_layout(capsys):
     from mindspeed_rl_asp.cli.launch import main
 
-    job = REPO / "examples" / "mindspeed_rl" / "grpo_qwen3_32b_910b3.yaml"
+    job = REPO / "configs" / "mindspeed_rl" / "grpo_qwen3_32b_910b3.yaml"
     assert main(["head=10.0.0.9", "--mindspeed-config", str(job), "task=maze"]) == 0
     out = capsys.readouterr().out
     assert out.count("ray start") == 8 and "layout ascend910b3_t4g4" in out

@@ -39,7 +39,10 @@ def test_every_shipped_option_composes(group):
 def test_every_config_file_is_reachable():
     shipped = {p.relative_to(config_dir()).with_suffix("").as_posix() for p in config_dir().rglob("*.yaml")}
     listed = {f"{g}/{o}" for g in GROUPS for o in list_group_options(g)} | {"config"}
-    assert shipped == listed
+    # MindSpeed-RL job YAMLs (read by asp-import-mindspeed; tests/test_mindspeed_config_import.py
+    # imports each), not config groups of this project.
+    jobs = {s for s in shipped if s.startswith("mindspeed_rl/")}
+    assert jobs and shipped - jobs == listed
 
 
 @pytest.mark.parametrize("experiment", [o for o in list_group_options("experiment") if o.startswith("table3")])

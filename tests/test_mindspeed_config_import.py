@@ -14,7 +14,7 @@ from mindspeed_rl_asp.integrations.mindspeed.config_import import (
     merge_overrides, reward_registry_names, shipped_layouts)
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples" / "mindspeed_rl"
+EXAMPLES = REPO / "configs" / "mindspeed_rl"
 TINY = EXAMPLES / "grpo_tiny_cpu.yaml"
 TINY_USER = ["layout=local", "task=maze"]
 
