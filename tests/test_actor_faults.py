@@ -21,7 +21,7 @@ from mindspeed_rl_asp.control.core import (ActorsExhausted, AwaitActor, ControlC
                                            Generate, LoadWeights, ProtocolError, Publish, TrainStep)
 from mindspeed_rl_asp.control.loop import Done, Failed, Loop, Observer, Outcome, apply_event
 
-from test_control_properties import setups
+from test_control_properties import check_ledger, setups
 
 RESTART_VERSION = 0   # what a restarted generation process loads: the starting checkpoint
 
@@ -164,13 +164,7 @@ class FaultShell(Observer):
 
     def check(self) -> None:
         core, cfg = self.core, self.cfg
-        led = core.ledger()
-        parts = (led.pending, led.running, led.queued, led.consumed)
-        assert sum(map(len, parts)) == len(self.all_ids), "a prompt is lost or duplicated"
-        assert frozenset().union(*parts) == self.all_ids
-        assert led.running == {p for g in self.generating.values() for p in g.prompt_ids}
-        assert sorted(led.consumed) == sorted(self.consumed)
-        assert sorted(map(repr, core.in_flight())) == sorted(map(repr, self.cluster.pending))
+        check_ledger(core, self.all_ids, self.generating, self.consumed, self.cluster.pending)
         snap = core.snapshot()
         assert snap.queued_samples + snap.in_flight_samples <= cfg.queue_capacity
         assert all(age <= cfg.max_staleness for age in snap.age_histogram)

@@ -183,13 +183,7 @@ class Shell(Observer):
 
     def check(self) -> None:
         core, cfg = self.core, self.cfg
-        led = core.ledger()
-        parts = (led.pending, led.running, led.queued, led.consumed)
-        assert sum(map(len, parts)) == len(self.all_ids), "a prompt is lost or duplicated"
-        assert frozenset().union(*parts) == self.all_ids
-        assert led.running == {p for g in self.generating.values() for p in g.prompt_ids}
-        assert sorted(led.consumed) == sorted(self.consumed)
-        assert sorted(map(repr, core.in_flight())) == sorted(map(repr, self.cluster.pending))
+        led = check_ledger(core, self.all_ids, self.generating, self.consumed, self.cluster.pending)
         snap = core.snapshot()
         assert snap.queued_samples + snap.in_flight_samples <= cfg.queue_capacity
         assert snap.queued_samples == len(led.queued) * cfg.n_samples_per_prompt
@@ -231,6 +225,32 @@ class Shell(Observer):
         assert not self.cluster.pending and self.core.in_flight() == []
 
 
+def check_ledger(core, all_ids, generating, consumed, pending):
+    """The core's ledger against what the test shell saw: the four sets partition the
+    prompts, running is what is generating, consumed is what was trained, and the core's
+    work in flight is the cluster's. Returns the ledger."""
+    led = core.ledger()
+    parts = (led.pending, led.running, led.queued, led.consumed)
+    assert sum(map(len, parts)) == len(all_ids), "a prompt is lost or duplicated"
+    assert frozenset().union(*parts) == all_ids
+    assert led.running == {p for g in generating.values() for p in g.prompt_ids}
+    assert sorted(led.consumed) == sorted(consumed)
+    assert sorted(map(repr, core.in_flight())) == sorted(map(repr, pending))
+    return led
+
+
+def budgeted_chooser(machine, max_failures: int):
+    """A hypothesis chooser for a state machine: draws from ``machine.data`` (set by the
+    rule that advances) and lets at most ``max_failures`` generations fail in all."""
+    machine.failures = 0
+
+    def choose(pending):
+        index, fail = hypothesis_chooser(machine.data, lambda: machine.failures < max_failures)(pending)
+        machine.failures += fail
+        return index, fail
+    return choose
+
+
 def hypothesis_chooser(data, allow_failures):
     """Let hypothesis pick which pending action ends next and whether a generation fails."""
     def choose(pending):
@@ -246,14 +266,8 @@ class ControlMachine(RuleBasedStateMachine):
     def setup(self, setup, seed) -> None:
         self.shell = Shell(*setup)
         self.seed = seed
-        self.failures = 0
         self.data = None
-
-        def choose(pending):
-            index, fail = hypothesis_chooser(self.data, lambda: self.failures < 6)(pending)
-            self.failures += fail
-            return index, fail
-        self.shell.chooser = choose
+        self.shell.chooser = budgeted_chooser(self, max_failures=6)
 
     @rule(data=st.data())
     def event(self, data) -> None:

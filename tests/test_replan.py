@@ -24,7 +24,7 @@ from mindspeed_rl_asp.control.core import ControlConfig, ControlCore, Generate, 
 from mindspeed_rl_asp.control.loop import Done, Loop
 from mindspeed_rl_asp.control.staleness import first_window_gap
 
-from test_control_properties import Shell, hypothesis_chooser, setups
+from test_control_properties import Shell, budgeted_chooser, setups
 
 
 class ReplanShell(Shell):
@@ -120,14 +120,8 @@ class ReplanMachine(RuleBasedStateMachine):
     def setup(self, setup, seed) -> None:
         self.shell = ReplanShell(*setup)
         self.seed = seed
-        self.failures = 0
         self.data = None
-
-        def choose(pending):
-            index, fail = hypothesis_chooser(self.data, lambda: self.failures < 4)(pending)
-            self.failures += fail
-            return index, fail
-        self.shell.chooser = choose
+        self.shell.chooser = budgeted_chooser(self, max_failures=4)
 
     @rule(data=st.data())
     def event(self, data) -> None:
