@@ -5,9 +5,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import config_dir, list_group_options, load_config, make_run_dir
+from mindspeed_rl_asp.config.schema import CONFIG_GROUPS as GROUPS
 from mindspeed_rl_asp.config.validate import ConfigError
-
-GROUPS = ("layout", "hardware", "model", "engine", "scheduler", "mode", "task", "experiment")
 
 
 def test_default_is_a_local_cpu_tiny_run():

@@ -16,11 +16,11 @@ from typing import Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
+from .schema import CONFIG_GROUPS
 from .validate import ConfigError
 
 # Key prefixes a resumed run must keep as saved.
 MUST_MATCH = ("rl.", "model.", "task.", "generate.", "algo.", "scheduler.", "steps", "seed")
-GROUP_NAMES = ("layout", "model", "engine", "scheduler", "mode", "task", "experiment", "hardware")
 
 
 def _leaves(node, prefix: str = "") -> dict[str, object]:
@@ -55,7 +55,7 @@ def resume_config(run_dir: str, overrides: Sequence[str] = ()) -> DictConfig:
         raise ConfigError(f"resume={run_dir!r}: no config.yaml there; resume takes the directory of a run "
                           "that asp-train wrote (its run_dir)")
     own = [o for o in overrides if "=" in o and not o.startswith(("resume=", "-"))]
-    groups = [o for o in own if o.split("=", 1)[0] in GROUP_NAMES]
+    groups = [o for o in own if o.split("=", 1)[0] in CONFIG_GROUPS]
     if groups:
         raise ConfigError(f"resume takes key=value overrides only, not the config group {groups[0]!r}: the saved "
                           f"run's groups stay (override single keys, e.g. layout.infer_instance_size=2)")

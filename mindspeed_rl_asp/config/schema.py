@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional
 from ..algo.grpo import GRPOLossKeys
 
 DEVICE_TYPES = ("cpu", "gpu", "npu")
+# The config groups of configs/config.yaml's defaults list (one folder of options each).
+CONFIG_GROUPS = ("layout", "hardware", "model", "engine", "scheduler", "mode", "task", "experiment")
 ENGINES = ("hf", "vllm", "mindspeed")
 MODES = ("async", "hybrid")
 SCHEDULERS = ("asp", "fifo", "sorted")

@@ -149,8 +149,13 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
         named = root / pointer.read_text(encoding="utf-8").strip()
         if named.is_dir() and not missing_parts(named):
             return named
-    complete = [p for p in sorted(root.glob("step_*")) if p.is_dir() and "." not in p.name and not missing_parts(p)]
+    complete = [p for p in committed(root) if not missing_parts(p)]
     return complete[-1] if complete else None
+
+
+def committed(root: Path) -> list[Path]:
+    """The committed checkpoint directories (``step_N``, not ``.partial``), oldest first."""
+    return [p for p in sorted(root.glob("step_*")) if p.is_dir() and "." not in p.name]
 
 
 def sweep_partials(root: Path) -> list[str]:
@@ -188,8 +193,7 @@ def commit_checkpoint(partial: Path, version: int, keep: int) -> Path:
         shutil.rmtree(stale, ignore_errors=True)
     os.replace(partial, final)
     _write_atomic(root / LATEST, final.name + "\n")
-    complete = [p for p in sorted(root.glob("step_*")) if p.is_dir() and "." not in p.name]
-    for old in complete[:-keep]:
+    for old in committed(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -282,11 +286,13 @@ def find_resume_point(run_dir: Path) -> ResumePoint:
     path = latest_checkpoint(run_dir)
     if path is None:
         root = checkpoints_dir(run_dir)
-        found = sorted(p.name for p in root.glob("step_*")) if root.is_dir() else []
-        detail = (f"its checkpoints are incomplete ({', '.join(found)}: "
-                  f"{'; '.join(', '.join(missing_parts(root / n)) for n in found if '.' not in n) or 'partial'})"
-                  if found else f"it has no {CHECKPOINTS}/ (the run had save_every=0; set save_every=K to checkpoint)")
-        raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: {detail}")
+        found = sorted(p.name for p in root.glob("step_*"))   # committed and partial
+        if not found:
+            raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: it has no {CHECKPOINTS}/ "
+                              "(the run had save_every=0; set save_every=K to checkpoint)")
+        missing = "; ".join(", ".join(missing_parts(p)) for p in committed(root)) or "partial"
+        raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: its checkpoints are incomplete "
+                          f"({', '.join(found)}: {missing})")
     control = ControlState.from_json((path / CONTROL).read_text(encoding="utf-8"))
     return ResumePoint(path, control)
 
@@ -298,9 +304,10 @@ def set_aside_metrics_after(run_dir: Path, version: int) -> int:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return 0
-    rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    keep = [r for r in rows if json.loads(r)["step"] < version]
-    moved = [r for r in rows if json.loads(r)["step"] >= version]
+    keep, moved = [], []
+    for row in path.read_text(encoding="utf-8").splitlines():
+        if row.strip():
+            (keep if json.loads(row)["step"] < version else moved).append(row)
     if moved:
         with open(Path(run_dir) / "metrics.discarded.jsonl", "a", encoding="utf-8") as f:
             f.write("".join(r + "\n" for r in moved))
