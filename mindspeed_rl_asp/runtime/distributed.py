@@ -3,7 +3,7 @@
 The trainer ranks' world is torch.distributed's default group in each rank's process
 (FSDP shards over it). Rank 0 opens a ``TCPStore`` on a port the OS picks and the other
 ranks join it; on one machine (a local Ray cluster) it listens on 127.0.0.1 only, on a
-cluster (``RAY_ADDRESS`` set, nodes launched by ``asp-launch``) on rank 0's node
+cluster that ``asp-launch`` brought up (its ``asp_node_<k>`` markers) on rank 0's node
 address. The backend follows ``layout.device_type``: gloo (cpu), nccl (gpu), hccl
 (npu, through torch_npu).
 """

@@ -1,10 +1,12 @@
 """Wire the roles and run async (or hybrid) GRPO on Ray. The loop is the one loop,
-``control.loop.drive``; this module builds the pieces from the config and cleans up.
+``control.loop.Loop``; this module builds the pieces from the config and cleans up.
 
-    plan = schedule the task's prompts            (offline, once: runtime/planning.py)
+    plan = schedule the task's prompts            (offline, once: runtime/planning.py;
+                                                   a resumed run: its checkpoint's list)
     core = ControlCore(config, plan)              (pure decisions)
     actors = Generation Unit actors + Training Unit actor, placed from the layout
-    drive(core, RayCluster(actors), recorder)     (until the last step is published)
+    Loop(core, RayCluster(actors), observers)     (advanced until the last step is
+                                                   published, or interrupted)
 """
 from __future__ import annotations
 
