@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 STUBS = TESTS / "mindspeed_stubs"
 CHECKOUT = os.environ.get("MINDSPEED_RL_CHECKOUT", "")
 # MindSpeed-RL's pure-python requirements that its import needs and this project does not.
-REQUIREMENTS = ("tensordict", "codetiming", "mathruler", "word2number", "zmq")
+REQUIREMENTS = ("tensordict", "codetiming", "mathruler", "word2number", "zmq", "cloudpickle", "orjson", "pylatexenc")
 CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli_functions",
           "qkv_split_matches_mindspeed_rl", "names_match_mindspeed_rl_weight_adaptors",
           "fc1_gather_matches_mindspeed_rl", "transfer_dock_round_trip", "dock_model_matches_the_real_dock",

@@ -298,9 +298,27 @@ class AlgoConfig(GRPOLossKeys):
     """GRPO (see docs/grpo.md): the loss keys, inherited from ``algo/grpo.GRPOLossKeys``
     (declared there once, so they cannot drift from the loss's), plus how advantages are
     normalised. ``off_policy`` corrects for stale samples: ``tis`` (truncated importance
-    weight), ``decoupled`` (decoupled PPO) or ``none``."""
+    weight), ``decoupled`` (decoupled PPO) or ``none``.
+
+    ``adv_std``: the group std that scales advantages, ``population`` (ddof=0, this
+    project's default) or ``sample`` (ddof=1, MindSpeed-RL's ``group_norm``; an imported
+    job gets it). ``adv_eps``: added to the std (MindSpeed-RL's is 1e-6 too).
+
+    DAPO (docs/grpo.md): ``filter_groups`` is dynamic sampling, ``none`` or ``std`` (drop
+    a prompt group whose ``filter_groups_metric`` reward has zero spread and generate
+    more until a step is full, at most ``max_num_gen_batches`` extra minibatches per step,
+    0 for no limit); ``overlong_buffer_len`` > 0 turns on DAPO's overlong reward shaping:
+    a response within that many tokens of ``generate.sampling_config.max_tokens`` loses up
+    to ``overlong_penalty_factor``, linearly."""
 
     scale_advantages: bool = True
+    adv_std: str = "population"
+    adv_eps: float = 1e-6
+    filter_groups: str = "none"
+    filter_groups_metric: str = "acc"
+    max_num_gen_batches: int = 0
+    overlong_buffer_len: int = 0
+    overlong_penalty_factor: float = 1.0
 
 
 @dataclass

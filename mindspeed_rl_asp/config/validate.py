@@ -264,11 +264,22 @@ def algo_problems(algo) -> list[str]:
 
     from ..algo.grpo import GRPOLossConfig
 
+    problems: list[str] = []
     try:
         GRPOLossConfig.from_mapping(asdict(algo))
     except ValueError as error:
-        return [f"algo: {error}"]
-    return []
+        problems.append(f"algo: {error}")
+    _choice(problems, "algo.adv_std", algo.adv_std, ("population", "sample"))
+    if not algo.adv_eps >= 0:
+        problems.append(f"algo.adv_eps={algo.adv_eps} must be >= 0")
+    _choice(problems, "algo.filter_groups", algo.filter_groups, ("none", "std"))
+    if algo.max_num_gen_batches < 0:
+        problems.append(f"algo.max_num_gen_batches={algo.max_num_gen_batches} must be >= 0 (0: no limit)")
+    if algo.overlong_buffer_len < 0:
+        problems.append(f"algo.overlong_buffer_len={algo.overlong_buffer_len} must be >= 0 (0: no shaping)")
+    if not algo.overlong_penalty_factor >= 0:
+        problems.append(f"algo.overlong_penalty_factor={algo.overlong_penalty_factor} must be >= 0")
+    return problems
 
 
 # train.data_channel: where a step's samples travel inside the Training Unit
