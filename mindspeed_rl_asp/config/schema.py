@@ -118,6 +118,10 @@ class EngineConfig:
     # Megatron actor is built from (megatron_training / actor_config / rl_config /
     # generate_config / model sections).
     mindspeed_config: str = ""
+    # Who does the model work behind MindSpeed-RL's orchestration: "npu" (its Megatron
+    # workers) or "cpu" (integrations/mindspeed/cpu_workers.py: the same worker methods
+    # over the hf engine, so the whole MindSpeed-RL path runs on a machine without NPUs).
+    mindspeed_workers: str = "npu"
     # Engine profile for the simulator (sim/profiles.EngineProfile): "continuous" (vLLM)
     # or "static" (HF generate) batching, seconds per decode step outside the kernels,
     # per weight refresh besides the transfer, and per train <-> generate switch in
