@@ -158,3 +158,22 @@ def test_a_bad_lengths_file_names_the_line(tmp_path, capsys):
                           "scheduler.slack=0", "scheduler.group_size=1", "mode.queue_capacity=64"])
     err = capsys.readouterr().err
     assert code == 2 and ":2" in err, err
+
+
+def test_a_simulated_engine_is_numbers_not_a_local_install(tmp_path, capsys):
+    """Simulating CUDA vLLM on H200s needs no CUDA vLLM here (issue 18, item 5): the
+    real runtime's install check still refuses the same config."""
+    from mindspeed_rl_asp.config.validate import ConfigError
+    from mindspeed_rl_asp.engines.vllm_platform import installed_device_type
+
+    overrides = ["experiment=table3_qwen3_32b_asp", "engine=vllm", "engine.device=cuda", "hardware=h200",
+                 "steps=2", "task.num_prompts=64"]
+    if installed_device_type() != "cuda":
+        with pytest.raises(ConfigError, match="engine.device='cuda'|needs vLLM"):
+            load_config(overrides)
+    code = simulate_main([*overrides, f"run_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert json.loads((tmp_path / "sim_result.json").read_text())["steps"] == 2
+    cfg = load_config(overrides, local_install=False)
+    assert cfg.engine.device == "cuda"

@@ -44,9 +44,11 @@ def usage(prog: str, summary: str) -> str:
 
 
 def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | None = None,
-                training: bool = True) -> int:
+                training: bool = True, local_install: bool = True) -> int:
     """Parse ``argv`` (overrides), compose the config and call ``body(cfg)``.
-    ``training=False``: the command does not train, so training-only checks are skipped."""
+    ``training=False``: the command does not train, so training-only checks are skipped.
+    ``local_install=False``: the command runs nothing here (a simulator), so what is
+    installed on this machine is not checked."""
     from omegaconf import OmegaConf
 
     from ..config.load import load_config
@@ -61,7 +63,7 @@ def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | N
         bad = [a for a in overrides if "=" not in a]
         if bad:
             raise UserError(f"argument {bad[0]!r} is not an override; write key=value (see {prog} --help)")
-        cfg = load_config(overrides, training=training)
+        cfg = load_config(overrides, training=training, local_install=local_install)
         if print_cfg:
             print(OmegaConf.to_yaml(cfg, resolve=True))
             return 0

@@ -107,9 +107,9 @@ def plan(options: Options, overrides: list[str]) -> int:
 
     kept, dropped = split_overrides(overrides)
     notes = [f"ignored {o}: the planner sweeps this key" for o in dropped]
-    bases = {"async": load_config([*kept, "mode=async", "scheduler=asp"])}
+    bases = {"async": load_config([*kept, "mode=async", "scheduler=asp"], local_install=False)}
     try:
-        bases["hybrid"] = load_config([*kept, "mode=hybrid", "scheduler=fifo"])
+        bases["hybrid"] = load_config([*kept, "mode=hybrid", "scheduler=fifo"], local_install=False)
     except ConfigError as error:
         notes.append(f"no hybrid reference row: {' '.join(str(error).split())}")
     cfg = bases["async"]
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
     except UserError as error:
         print(f"asp-plan-layout: error: {error}", file=sys.stderr)
         return 2
-    return run_command("asp-plan-layout", SUMMARY, lambda cfg: plan(options, overrides), overrides)
+    return run_command("asp-plan-layout", SUMMARY, lambda cfg: plan(options, overrides), overrides,
+                       local_install=False)
 
 
 if __name__ == "__main__":

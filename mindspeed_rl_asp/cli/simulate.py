@@ -28,7 +28,8 @@ TOKEN_DEFINITIONS = (("tokens_per_s_per_gen_device", "per generation NPU"),
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_command("asp-simulate", SUMMARY, lambda cfg: simulate_command(cfg, argv), argv)
+    # A simulated cluster's engine is numbers, not a local install: nothing installed here is checked.
+    return run_command("asp-simulate", SUMMARY, lambda cfg: simulate_command(cfg, argv), argv, local_install=False)
 
 
 def simulate_command(cfg, argv: list[str]) -> int:
@@ -68,7 +69,7 @@ def run_study(name: str, extra: list[str], run_dir: Path) -> int:
     rows = []
     for k, row in enumerate(study.rows, 1):
         print(f"[{k}/{len(study.rows)}] {row.label}", file=sys.stderr, flush=True)
-        cfg = load_config([*row.overrides, *extra])
+        cfg = load_config([*row.overrides, *extra], local_install=False)
         result = simulate(cfg, run_dir / _slug(row.label))
         rows.append({"label": row.label, "system": row.system, "model": row.model, "layout": row.layout,
                      "overrides": list(row.overrides) + extra, "paper": row.paper, "simulated": result.to_dict()})

@@ -108,11 +108,13 @@ def unknown_keys(node, schema_type=RootConfig, prefix: str = "") -> list[str]:
 
 
 def load_config(overrides: Sequence[str] = (), config_name: str = "config", validate: bool = True,
-                training: bool = True) -> DictConfig:
+                training: bool = True, local_install: bool = True) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with Hydra overrides and check it.
 
     Returns a structured DictConfig (typed like :class:`RootConfig`). Raises
     :class:`ConfigError` with a message that names the bad key or value.
+    ``local_install=False``: do not check what is installed here (simulated clusters;
+    ``validate_config``).
     """
     composed = _compose(overrides, config_name)
     extra = unknown_keys(composed)
@@ -128,7 +130,7 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config", vali
         raise ConfigError(f"bad value for config key '{error.full_key}': {reason}") from None
     OmegaConf.set_readonly(cfg, False)
     if validate:
-        validate_config(to_dataclass(cfg), training)
+        validate_config(to_dataclass(cfg), training, local_install)
     return cfg
 
 

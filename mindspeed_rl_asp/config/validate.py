@@ -292,9 +292,10 @@ def algo_problems(algo) -> list[str]:
 DATA_CHANNELS = ("local", "transfer_dock", "transfer_queue")
 
 
-def data_channel_problems(kind: str, ranks: int = 1) -> list[str]:
+def data_channel_problems(kind: str, ranks: int = 1, local_install: bool = True) -> list[str]:
     """What is wrong with ``train.data_channel=kind`` before anything starts (for config
-    validation): an unknown name, MindSpeed-RL not importable, several trainer ranks."""
+    validation): an unknown name, MindSpeed-RL not importable (``local_install``), several
+    trainer ranks."""
     import importlib.util
 
     if kind not in DATA_CHANNELS:
@@ -302,7 +303,7 @@ def data_channel_problems(kind: str, ranks: int = 1) -> list[str]:
     if kind == "local":
         return []
     problems = []
-    if importlib.util.find_spec("mindspeed_rl") is None:
+    if local_install and importlib.util.find_spec("mindspeed_rl") is None:
         problems.append(f"train.data_channel={kind} needs mindspeed_rl importable: put a checkout of "
                         "Ascend/MindSpeed-RL on PYTHONPATH (docs/mindspeed_rl_adapters.md), or use "
                         "train.data_channel=local")
@@ -311,7 +312,7 @@ def data_channel_problems(kind: str, ranks: int = 1) -> list[str]:
     return problems
 
 
-def distributed_problems(cfg) -> list[str]:
+def distributed_problems(cfg, local_install: bool = True) -> list[str]:
     """``train.ranks`` (trainer ranks) and the ``weights`` transport keys."""
     p: list[str] = []
     ranks, most = cfg.train.ranks, training_devices(cfg.layout, cfg.mode.name)
@@ -323,7 +324,7 @@ def distributed_problems(cfg) -> list[str]:
         p.append(f"train.ranks={ranks} exceeds the {most} training device(s) ({where}); lower train.ranks, "
                  f"set train.ranks=auto, or give the Training Unit more devices")
     if not p:   # MindSpeed-RL's data channel: importable, one trainer rank
-        p += data_channel_problems(cfg.train.data_channel, most if ranks == "auto" else ranks)
+        p += data_channel_problems(cfg.train.data_channel, most if ranks == "auto" else ranks, local_install)
     w = cfg.weights
     _choice(p, "weights.transport", w.transport, WEIGHT_TRANSPORTS)
     _positive(p, "weights.bucket_mb", w.bucket_mb)
@@ -331,32 +332,45 @@ def distributed_problems(cfg) -> list[str]:
     return p
 
 
-def engine_problems(cfg) -> list[str]:
-    """engine=vllm: platform installed, tensor-parallel size within the instance, KV budget
-    of at least one sequence (engines/vllm_platform.py has the rules; vLLM is not imported)."""
+def engine_problems(cfg, local_install: bool = True) -> list[str]:
+    """engine=vllm: platform installed (``local_install``), tensor-parallel size within the
+    instance, KV budget of at least one sequence (engines/vllm_platform.py has the rules;
+    vLLM is not imported). ``local_install=False`` (the simulator): the engine of a
+    simulated cluster is numbers, not this machine's install, so it counts as installed
+    on the device it names."""
     if cfg.engine.name != "vllm":
         return []
     import json
 
-    from ..engines.vllm_platform import config_problems
+    from ..engines.base import EngineError
+    from ..engines.vllm_platform import config_problems, platform_for
 
+    installed = "detect"
+    if not local_install:
+        try:
+            installed = platform_for(str(cfg.engine.device)).vllm_device_type
+        except EngineError:
+            pass    # an unknown engine.device: config_problems names it
     config = locate(cfg.model.path) / "config.json"
     model_config = json.loads(config.read_text()) if config.is_file() else None
-    return config_problems(cfg.engine, cfg.layout.infer_instance_size, model_config)
+    return config_problems(cfg.engine, cfg.layout.infer_instance_size, model_config, installed)
 
 
-def validate_config(cfg, training: bool = True) -> None:
+def validate_config(cfg, training: bool = True, local_install: bool = True) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`).
 
     ``training=False`` (commands that only generate or plan) skips the checks that only a
-    training run needs (a step's prompts all distinct)."""
+    training run needs (a step's prompts all distinct). ``local_install=False`` (the
+    simulator and the layout planner) skips the checks of what is installed on this
+    machine (vLLM's platform, MindSpeed-RL importable): a simulated cluster's engine is
+    numbers, not a local install."""
     problems: list[str] = []
     _choice(problems, "engine.name", cfg.engine.name, ENGINES)
     _choice(problems, "scheduler.name", cfg.scheduler.name, SCHEDULERS)
     _choice(problems, "scheduler.predictor", cfg.scheduler.predictor, PREDICTORS)
     if cfg.engine.num_threads < 0:
         problems.append(f"engine.num_threads={cfg.engine.num_threads} must be >= 0 (0: torch default)")
-    problems += engine_problems(cfg)
+    problems += engine_problems(cfg, local_install)
     problems += mode_problems(cfg.mode)
     problems += layout_problems(cfg.layout, cfg.mode.name)
     if not problems:
@@ -379,7 +393,7 @@ def validate_config(cfg, training: bool = True) -> None:
     if cfg.keep_checkpoints < 1:
         problems.append(f"keep_checkpoints={cfg.keep_checkpoints} must be >= 1 (the newest checkpoint always stays)")
     if not any(q.startswith("layout.") for q in problems):
-        problems += distributed_problems(cfg)
+        problems += distributed_problems(cfg, local_install)
     if problems:
         listing = "\n".join(f"  - {problem}" for problem in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")

@@ -280,7 +280,7 @@ def candidate_config(workspace: ConfigWorkspace, candidate: Candidate, steps: in
     from ..config.validate import validate_config
 
     cfg = workspace.apply([*candidate.settings, ("steps", steps)])
-    validate_config(to_dataclass(cfg))
+    validate_config(to_dataclass(cfg), local_install=False)   # a simulated cluster: nothing installed here counts
     return cfg
 
 
