@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-STUBS = TESTS / "mindspeed_stubs"
+STUBS = TESTS / "mindspeed_stubs"   # the contract child
+# The NPU stack's stand-ins ship with the package (engine.mindspeed_workers=cpu uses them too).
+STANDINS = TESTS.parent / "mindspeed_rl_asp" / "assets" / "npu_standins"
 CHECKOUT = os.environ.get("MINDSPEED_RL_CHECKOUT", "")
 # MindSpeed-RL's pure-python requirements that its import needs and this project does not.
 REQUIREMENTS = ("tensordict", "codetiming", "mathruler", "word2number", "zmq", "cloudpickle", "orjson", "pylatexenc")
@@ -50,7 +52,7 @@ def contract_results(tmp_path_factory):
         pytest.skip(reason)
     out = tmp_path_factory.mktemp("mindspeed_contract") / "results.json"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(STUBS), CHECKOUT, str(TESTS), str(TESTS.parent)]
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDINS), CHECKOUT, str(TESTS), str(TESTS.parent)]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 32})
     env["HF_HUB_OFFLINE"] = "1"

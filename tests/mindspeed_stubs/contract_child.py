@@ -32,7 +32,9 @@ def import_mindspeed_rl_with_stubs():
     import mindspeed_rl  # noqa: F401
     import vllm
 
-    stubs = os.path.dirname(os.path.abspath(__file__))
+    from mindspeed_rl_asp.integrations.mindspeed.job import npu_standins_dir
+
+    stubs = str(npu_standins_dir())
     expect(os.path.dirname(os.path.dirname(vllm.__file__)) == stubs, f"vllm came from {vllm.__file__}, not the stub")
 
 

@@ -1,11 +1,14 @@
-"""Permissive stand-ins for MindSpeed-RL's NPU-only imports (torch_npu, vllm, vllm_ascend,
-mindspeed, torchvision): any attribute or submodule exists and is an inert class, so that
-MindSpeed-RL's modules import on a CPU machine. Nothing here computes anything: code that
-really calls into these stacks (Megatron init, HCCL, vllm-ascend) cannot run here, and is
-not meant to.
+"""Stand-ins (fakes, named as such) for MindSpeed-RL's NPU-only imports (torch_npu, vllm,
+vllm_ascend, mindspeed, torchvision, latex2sympy2): any attribute or submodule exists and is
+an inert class, so that MindSpeed-RL's modules import on a CPU machine. Nothing here
+computes anything: code that really calls into these stacks (Megatron init, HCCL,
+vllm-ascend) cannot run here, and is not meant to. ``engine.mindspeed_workers=cpu`` runs
+MindSpeed-RL's orchestration with them and does the model work with the hf engine
+(integrations/mindspeed/cpu_workers.py); the contract tests use them too.
 
-Only ever put this directory on ``sys.path`` of a child process (the contract tests do):
-the stub named ``vllm`` would shadow the real vllm of the other tests."""
+Only ever put this directory on ``sys.path`` of a process that runs MindSpeed-RL's code
+(integrations/mindspeed/job.use_mindspeed_rl): the stand-in named ``vllm`` would shadow a
+real vllm."""
 from __future__ import annotations
 
 import importlib.abc
