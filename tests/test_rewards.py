@@ -1,5 +1,9 @@
 """The reward registry: each reward's definition on hand-made responses, the MindSpeed-RL
 names, the original AlphaMaze rewards, MazeBench's rule, user functions, the rates."""
+import os
+import re
+from pathlib import Path
+
 import pytest
 
 from mindspeed_rl_asp.tasks.base import TaskError, TaskPrompt
@@ -8,7 +12,7 @@ from mindspeed_rl_asp.tasks.maze import (ALPHAMAZE_INSTRUCTION, format_prompt, g
 from mindspeed_rl_asp.tasks.rewards import REGISTRY, make_reward_set, resolve, unknown_reward
 
 MINDSPEED_RL_NAMES = {"acc", "base_acc", "format", "strict_format", "step", "math_17k_acc", "acc_for_ppo",
-                      "math_verify_reward"}
+                      "math_verify_reward", "acc_for_dapo", "retool_reward"}
 
 
 def math(answer="7"):
@@ -49,6 +53,37 @@ GOOD = "<think>3 plus 4</think>\n<answer>The answer is \\boxed{7}</answer>"
 ])
 def test_math_and_format_rewards(name, response, value):
     assert score(name, response) == value
+
+
+@pytest.mark.parametrize("response, answer, value", [
+    ("so 3 + 4 = 7.\nAnswer: 7", "7", 1.0), ("Answer: 8", "7", -1.0), ("7", "7", -1.0),   # no "Answer:" line
+    ("Answer: 6\nno, Answer: $7$", "7", 1.0),                        # the last one counts
+    ("Answer: 1,000 dollars", "1000", 1.0), ("Answer: x = \\frac12", "\\frac{1}{2}", 1.0),
+    ("Answer: \\boxed{42}", "42", 1.0), ("Answer: 10^\\circ", "10", 1.0), ("Answer: 0.5", "\\frac{1}{2}", -1.0),
+    ("Answer: 7" + " padding" * 60, "7", -1.0),                       # outside the last 300 characters
+])
+def test_acc_for_dapo_is_minerva_string_equality(response, answer, value):
+    assert score("acc_for_dapo", response, math(answer)) == value
+
+
+@pytest.mark.parametrize("response, answer, value", [
+    ("work... \\boxed{7}", "7", 1.0), ("\\boxed{ 7 }", "7", -1.0),   # strict: the box holds exactly the answer
+    ("\\boxed{8}", "7", -1.0), ("7", "7", -1.0), ("\\boxed{7}" + "." * 120, "7", -1.0),   # not in the last 100
+])
+def test_retool_reward_is_the_strict_box_rule(response, answer, value):
+    assert score("retool_reward", response, math(answer)) == value
+
+
+CHECKOUT = os.environ.get("MINDSPEED_RL_CHECKOUT")
+
+
+@pytest.mark.skipif(not CHECKOUT, reason="MINDSPEED_RL_CHECKOUT is unset: no MindSpeed-RL checkout to read")
+def test_every_name_of_mindspeed_rls_registry_is_here():
+    """The names of MindSpeed-RL's rule_verifier_function table (read from its source, not imported)."""
+    source = (Path(CHECKOUT) / "mindspeed_rl" / "models" / "rule_verifier.py").read_text()
+    table = source[source.index("rule_verifier_function = {"):]
+    names = set(re.findall(r'"(\w+)":\s*\w+', table[:table.index("}")]))
+    assert len(names) >= 10 and names <= MINDSPEED_RL_NAMES <= set(REGISTRY)
 
 
 def test_math_verify_compares_as_math():

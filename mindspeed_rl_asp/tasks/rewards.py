@@ -217,6 +217,58 @@ def step(response, prompt):
     return min(1.0, len(_MS_STEPS.findall(response)) / 3)
 
 
+# DAPO's answer check (MindSpeed-RL's acc_for_dapo and retool_reward, models/math_dapo.py):
+# the "Minerva" normalisation of a final answer (Lewkowycz et al. 2022, "Solving Quantitative
+# Reasoning Problems with Language Models", appendix D), then string equality. Written from that
+# description and checked on MindSpeed-RL's behaviour; the rule tables are the paper's.
+_MINERVA_REPLACE = (("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+                    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"))
+_MINERVA_DROP = ("square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
+                 "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals",
+                 "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}",
+                 "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;",
+                 ",\\!", "{,}", '"', "\\dots")
+_DAPO_ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
+_DAPO_TAIL = 300       # characters of the response that are read (MindSpeed-RL: the longest MATH-500 answer is 159)
+
+
+def minerva_normalize(answer: str) -> str:
+    """A final answer in the Minerva normal form: the part after the last ``=``, units, spaces
+    and TeX decoration removed, ``\\fracab`` written ``\\frac{a}{b}``, ``1,000`` as ``1000``."""
+    text = answer.split("=")[-1]
+    for before, after in _MINERVA_REPLACE:
+        text = text.replace(before, after)
+    for dropped in _MINERVA_DROP:
+        text = text.replace(dropped, "")
+    text = re.sub(r"(.*?)(\$)(.*?)(\$)(.*)", r"$\3$", text)
+    for command in ("text", "textbf", "overline"):
+        text = re.sub(r"(\\" + command + r"\{)(.*?)(\})", r"\2", text)
+    text = re.sub(r"(\\boxed\{)(.*)(\})", r"\2", text)
+    text = re.sub(r"(frac)([^{])(.)", r"frac{\2}{\3}", text)
+    text = re.sub(r"(sqrt)([^{])", r"sqrt{\2}", text).replace("$", "")
+    if text.replace(",", "").isdigit():
+        text = text.replace(",", "")
+    return text.strip()
+
+
+@register("acc_for_dapo", "accuracy", ("answer",), "MindSpeed-RL")
+def acc_for_dapo(response, prompt):
+    """DAPO's rule: in the last 300 characters, the last "Answer: X" line, Minerva-normalised,
+    equals the normalised reference: 1.0, else -1.0 (also without such a line)."""
+    found = _DAPO_ANSWER.findall(strip_end_tokens(response)[-_DAPO_TAIL:])
+    predicted = minerva_normalize(found[-1]) if found else None
+    return 1.0 if predicted is not None and predicted == minerva_normalize(_gold(prompt)) else -1.0
+
+
+@register("retool_reward", "accuracy", ("answer",), "MindSpeed-RL")
+def retool_reward(response, prompt):
+    """ReTool's strict rule, single-turn: the last \\boxed{} in the last 100 characters holds
+    exactly the reference: 1.0, else -1.0. (MindSpeed-RL adds 0.1 per tool call to a negative
+    score, capped at 0; a single-turn response makes no tool calls.)"""
+    boxed = last_boxed(strip_end_tokens(response)[-_DAPO_TAIL:][-100:])
+    return 1.0 if boxed is not None and boxed == _gold(prompt) else -1.0
+
+
 # ----------------------------------------------------------------------------- generic
 
 @register("exact_match", "accuracy", ("answer",))
