@@ -226,11 +226,11 @@ class Shell(Observer):
 
 
 def check_ledger(core, all_ids, generating, consumed, pending):
-    """The core's ledger against what the test shell saw: the four sets partition the
-    prompts, running is what is generating, consumed is what was trained, and the core's
+    """The core's ledger against what the test shell saw: the five sets partition the
+    prompts (rejected is empty without dynamic sampling), running is what is generating, consumed is what was trained, and the core's
     work in flight is the cluster's. Returns the ledger."""
     led = core.ledger()
-    parts = (led.pending, led.running, led.queued, led.consumed)
+    parts = (led.pending, led.running, led.queued, led.consumed, led.rejected)
     assert sum(map(len, parts)) == len(all_ids), "a prompt is lost or duplicated"
     assert frozenset().union(*parts) == all_ids
     assert led.running == {p for g in generating.values() for p in g.prompt_ids}

@@ -9,7 +9,7 @@ the overhead benchmark with a seeded RNG; the clock counts events. The simulator
 from __future__ import annotations
 
 import random
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .core import Action, Generate
 from .loop import Done, Event, Failed
@@ -49,9 +49,13 @@ class OrderedCluster:
     ``check(action)``, if given, sees every submitted action first (tests assert there)."""
 
     def __init__(self, chooser: Optional[Chooser] = None,
-                 check: Optional[Callable[[Action], None]] = None) -> None:
+                 check: Optional[Callable[[Action], None]] = None,
+                 rewards: Optional[Callable[[Generate], Mapping[str, Sequence[float]]]] = None) -> None:
+        """``rewards(action)``: what a finished ``Generate`` reports as its groups' rewards
+        (the core's reject rule reads them); None: no rewards reported."""
         self.chooser = chooser or random_chooser()
         self.check = check
+        self.rewards = rewards
         self.pending: list[Action] = []
         self.cancelled: list[Action] = []
         self.clock = 0.0
@@ -70,7 +74,11 @@ class OrderedCluster:
         index, fail = self.chooser(self.pending)
         action = self.pending.pop(index)
         self.clock += 1.0
-        return Failed(action, "injected failure") if fail else Done(action)
+        if fail:
+            return Failed(action, "injected failure")
+        if isinstance(action, Generate) and self.rewards is not None:
+            return Done(action, rewards=self.rewards(action))
+        return Done(action)
 
     def cancel(self, actions: Sequence[Action]) -> None:
         for action in actions:

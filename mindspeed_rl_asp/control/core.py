@@ -49,22 +49,33 @@ Rules (proofs in docs/control.md):
 * Re-plan (``replan_pending``): the shell may swap the not-yet-dispatched minibatches for
   another cut of the same prompts (``scheduler.refit``: the next epoch planned from the
   lengths observed so far), only if the whole plan still passes the window rule.
+* Reject (``filter_groups="std"``, DAPO's dynamic sampling): a finished group whose
+  rewards (carried by its generation report) have no spread is rejected by the pure rule
+  of ``rejection.py`` (``on_generated(..., rewards)``; ``on_groups_rejected`` for a queued
+  group): it leaves the queue, gives back its queue room and its admission, and is
+  counted; dispatch goes on until every step has ``global_batch_size`` accepted groups.
+  When the plan runs out, ``refill(k)`` (the shell's next pass over the data) extends it.
+  A minibatch that cannot go whole while nothing is in flight is split to what admission
+  and queue room allow (so rejection can never deadlock). More than
+  ``max_rejected_batches x global_batch_size`` groups rejected for one step stops the run
+  (``TooManyRejected``), as MindSpeed-RL's DAPO trainer does.
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from .dispatcher import (Dispatcher, PlannedMinibatch, ProtocolError, as_minibatches,
                          minibatches_from_plan)
 from .queue import QueuedGroup, TrainingQueue
+from .rejection import FILTERS, rejected_groups
 from .staleness import StalenessControl, first_window_gap
 
 __all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
            "is_colocated", "REFRESH_POLICIES", "AT_FINISH",
            "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
-           "AwaitActor", "ActorsExhausted",
+           "AwaitActor", "ActorsExhausted", "TooManyRejected",
            "minibatches_from_plan"]
 
 
@@ -91,6 +102,10 @@ class ControlConfig:
     ``global`` (all actors pause and refresh together), every ``refresh_interval`` versions.
     ``at_finish``: what the loop does with work still running at ``Finish``: ``cancel``
     it or ``drain`` it (wait for it; its samples are reported unused).
+    ``filter_groups``: ``none`` or ``std`` (DAPO's dynamic sampling: ``rejection.py``);
+    ``max_rejected_batches`` (``algo.max_num_gen_batches``): the run stops once more than
+    that many generation batches of ``global_batch_size`` groups are rejected for one
+    step (0: no limit).
     Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
     """
 
@@ -106,6 +121,8 @@ class ControlConfig:
     refresh: str = "rolling"
     refresh_interval: int = 1
     at_finish: str = "cancel"
+    filter_groups: str = "none"
+    max_rejected_batches: int = 0
 
     def __post_init__(self) -> None:
         p: list[str] = []
@@ -121,6 +138,9 @@ class ControlConfig:
             p.append(f"refresh={self.refresh!r} must be one of {', '.join(REFRESH_POLICIES)}")
         if self.at_finish not in AT_FINISH:
             p.append(f"at_finish={self.at_finish!r} must be one of {', '.join(AT_FINISH)}")
+        if self.filter_groups not in FILTERS:
+            p.append(f"filter_groups={self.filter_groups!r} must be one of {', '.join(FILTERS)}")
+        _check_int(p, "max_rejected_batches", self.max_rejected_batches, 0)
         if not p and self.max_staleness < self.refresh_interval - 1:
             p.append(f"max_staleness={self.max_staleness} is below refresh_interval - 1 = "
                      f"{self.refresh_interval - 1}: actors keep their weights for refresh_interval "
@@ -144,6 +164,7 @@ class ControlConfig:
         """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``;
         colocated as :func:`is_colocated` says."""
         mode, rl = cfg.mode, cfg.rl
+        algo = getattr(cfg, "algo", None)
         return cls(num_actors=num_actors, global_batch_size=rl.global_batch_size,
                    n_samples_per_prompt=rl.n_samples_per_prompt, max_staleness=mode.max_staleness,
                    queue_capacity=mode.queue_capacity, high_watermark=mode.high_watermark,
@@ -151,7 +172,9 @@ class ControlConfig:
                    total_steps=cfg.steps if total_steps is None else total_steps,
                    colocated=is_colocated(mode), refresh=getattr(mode, "refresh", "rolling"),
                    refresh_interval=getattr(mode, "refresh_interval", 1),
-                   at_finish=getattr(mode, "at_finish", "cancel"))
+                   at_finish=getattr(mode, "at_finish", "cancel"),
+                   filter_groups=getattr(algo, "filter_groups", "none"),
+                   max_rejected_batches=getattr(algo, "max_num_gen_batches", 0))
 
 
 def is_colocated(mode: Any) -> bool:
@@ -201,12 +224,14 @@ class Finish:
     trained on, by reason: ``not_dispatched``: beyond what ``steps`` need (incl. the last
     ``prompts % batch``); ``queued``: generated, but the last minibatch overshot the final
     step; ``running``: still generating at the end (overshoot too): the loop cancels or
-    drains that work, as ``ControlConfig.at_finish`` says."""
+    drains that work, as ``ControlConfig.at_finish`` says. ``rejected``: generated and
+    rejected by ``filter_groups`` (dynamic sampling), in the order they were rejected."""
 
     steps: int
     not_dispatched: tuple[str, ...] = ()
     queued: tuple[str, ...] = ()
     running: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,6 +244,11 @@ class AwaitActor:
 
 class ActorsExhausted(RuntimeError):
     """Every generation actor is retired and no step can run without more generation."""
+
+
+class TooManyRejected(RuntimeError):
+    """Dynamic sampling rejected more groups for one step than ``max_rejected_batches``
+    generation batches (``algo.max_num_gen_batches``) allow, or the prompts ran out."""
 
 
 Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish, AwaitActor]
@@ -258,23 +288,30 @@ class Snapshot:
     actors: tuple[ActorSnapshot, ...]
     age_histogram: dict[int, int] = field(default_factory=dict)     # age -> prompt groups
     outstanding_by_version: dict[int, int] = field(default_factory=dict)
+    rejected_prompts: int = 0       # groups rejected by filter_groups, in all
+    extra_minibatches: int = 0      # minibatches dispatched to make up for rejected groups, in all
 
 
 @dataclass(frozen=True)
 class Ledger:
-    """Where every plan prompt is; the four sets partition the plan's prompts."""
+    """Where every plan prompt is; the five sets partition the plan's prompts (the plan
+    as extended by refills, ``ControlCore.refills``)."""
 
     pending: frozenset[str]
     running: frozenset[str]
     queued: frozenset[str]
     consumed: frozenset[str]
+    rejected: frozenset[str] = frozenset()
 
 
 # ---------------------------------------------------------------------- the core
 class ControlCore:
     """Composes dispatcher, queue and staleness control; see the module docstring."""
 
-    def __init__(self, config: ControlConfig, minibatches: Any) -> None:
+    def __init__(self, config: ControlConfig, minibatches: Any, refill: Optional[Any] = None) -> None:
+        """``refill(k)`` (k = 1, 2, ...): more minibatches (same forms as ``minibatches``;
+        new prompt and minibatch ids) for when rejected groups used the plan up: the
+        shell's next pass over the data. Called only then, in order, pure."""
         self.config = config
         mbs = as_minibatches(minibatches)
         self.total_steps = _check_plan(config, mbs)
@@ -291,6 +328,12 @@ class ControlCore:
         self.ages: Counter[int] = Counter()
         self._consumed: list[str] = []
         self._awaiting: set[int] = set()           # restarting actors with an AwaitActor issued
+        self.refill = refill
+        self.refills = 0                           # passes appended by refill
+        self._rejected: list[str] = []
+        self._rejected_for_step = 0                # rejected since the last step started
+        self._owed = 0                             # rejected prompts not yet made up by new dispatch
+        self.extra_minibatches = 0
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -302,6 +345,7 @@ class ControlCore:
         if self.published_version == self.total_steps:
             self.finished = True
             return [self._finish()]
+        self._check_rejections()
         actions: list[Action] = []
         if self.training is None and self.publishing is None and self.published_version < self.trainer_version:
             self.publishing = self.trainer_version
@@ -317,6 +361,15 @@ class ControlCore:
             if actor not in self._awaiting:
                 self._awaiting.add(actor)
                 actions.append(AwaitActor(actor))
+        if not actions and not self.in_flight() and self._rejected:
+            if self._split_next():
+                actions.extend(self._feed_actors())
+            elif self.dispatcher.peek() is None and \
+                    self.staleness.admitted < self.total_steps * self.config.global_batch_size:
+                raise TooManyRejected(
+                    f"the plan's prompts ran out: dynamic sampling rejected {len(self._rejected)} prompt groups "
+                    f"and step {self.trainer_version} cannot be filled; the core was given no refill "
+                    "(the next pass over the data) to take more prompts from")
         if not actions and not self.dispatcher.live_actors() and not self.in_flight():
             raise ActorsExhausted(
                 f"every generation actor ({self.config.num_actors}) is retired, with "
@@ -366,6 +419,7 @@ class ControlCore:
         taken = self.queue.take(len(batch))
         versions = tuple(g.version for g in taken)
         self.ages.update(self.staleness.consume(step, versions))
+        self._rejected_for_step = 0
         ids = tuple(g.prompt_id for g in taken)
         self._consumed.extend(ids)
         self.training = TrainStep(step, ids, versions)
@@ -399,6 +453,9 @@ class ControlCore:
             self.dispatcher.assign(actor)
             self.queue.reserve(mb.size)
             self.staleness.dispatch(mb.size, version)
+            if not retry and self._owed:
+                self.extra_minibatches += 1
+                self._owed = max(0, self._owed - mb.size)
             out.append(Generate(actor, mb.minibatch_id, mb.prompt_ids, version))
         return out
 
@@ -406,7 +463,64 @@ class ControlCore:
         """Next (plan index, is_retry), or None when no more prompts are needed."""
         if self.staleness.admitted >= self.total_steps * self.config.global_batch_size:
             return None
-        return self.dispatcher.peek()
+        nxt = self.dispatcher.peek()
+        if nxt is None and self.refill is not None and self._rejected:
+            self._extend()
+            nxt = self.dispatcher.peek()
+        return nxt
+
+    def _extend(self) -> None:
+        """The plan is used up because groups were rejected: append ``refill(k)``."""
+        d = self.dispatcher
+        new = as_minibatches(self.refill(self.refills + 1))
+        known = {pid for mb in d.minibatches for pid in mb.prompt_ids}
+        clash = [mb.minibatch_id for mb in new if mb.minibatch_id in d.index_of] + \
+            [pid for mb in new for pid in mb.prompt_ids if pid in known]
+        if not new or clash or any(mb.size * self.config.n_samples_per_prompt > self.queue.capacity
+                                   or not mb.size for mb in new):
+            raise ProtocolError(f"refill({self.refills + 1}) gave {len(new)} minibatches; they must be "
+                                f"non-empty, fit the queue and use new ids (reused: {clash[:3]})")
+        self.refills += 1
+        d.replace_pending(list(d.minibatches[d.cursor:]) + new)
+
+    def _split_next(self) -> bool:
+        """Nothing is in flight and nothing could be issued: if groups were rejected, the
+        next new minibatch may be too big for what admission and queue room allow now
+        (its planned neighbours were cut for a plan without rejections). Split it into
+        the part that fits and the rest (same prompts, same order). Returns whether it did."""
+        if not self._rejected or self._next_dispatch() is None:
+            return False
+        index, retry = self._next_dispatch()
+        d = self.dispatcher
+        live = d.idle_actors()
+        if retry or not live:
+            return False
+        mb = d.minibatches[index]
+        version = d.actors[live[0]].version
+        room = (self.queue.capacity - self.queue.reserved_samples) // self.config.n_samples_per_prompt
+        fit = min(room, self.staleness.headroom(version), mb.size)
+        if fit < 1 or fit == mb.size:
+            return False
+        head = PlannedMinibatch(f"{mb.minibatch_id}/a", mb.prompt_ids[:fit])
+        tail = PlannedMinibatch(f"{mb.minibatch_id}/b", mb.prompt_ids[fit:])
+        if head.minibatch_id in d.index_of or tail.minibatch_id in d.index_of:
+            raise ProtocolError(f"cannot split minibatch {mb.minibatch_id!r}: its parts' ids are taken")
+        d.replace_pending([head, tail] + list(d.minibatches[index + 1:]))
+        return True
+
+    def _check_rejections(self) -> None:
+        """``max_rejected_batches``: the run stops once more groups were rejected for the
+        step being filled than that many generation batches of ``global_batch_size``."""
+        b, limit = self.config.global_batch_size, self.config.max_rejected_batches
+        if limit and self._rejected_for_step > limit * b:
+            step = self.staleness.consumed // b
+            raise TooManyRejected(
+                f"dynamic sampling (filter_groups={self.config.filter_groups}) rejected "
+                f"{self._rejected_for_step} prompt groups while step {step} was being filled, more than "
+                f"algo.max_num_gen_batches={limit} x global_batch_size={b}: almost every group's rewards have "
+                f"no spread (all right or all wrong); MindSpeed-RL's DAPO trainer stops here too. Raise "
+                f"algo.max_num_gen_batches (0: no limit), use prompts of a difficulty the policy can tell "
+                f"apart, or set algo.filter_groups=none")
 
     def _throttled(self) -> bool:
         starving = self.queue.queued_prompts + self.running_prompts < self.config.global_batch_size
@@ -417,14 +531,50 @@ class ControlCore:
         running = [pid for _, k in self.dispatcher.running()
                    for pid in self.dispatcher.minibatches[k].prompt_ids]
         return Finish(self.trainer_version, tuple(pending),
-                      tuple(g.prompt_id for g in self.queue.groups()), tuple(running))
+                      tuple(g.prompt_id for g in self.queue.groups()), tuple(running), tuple(self._rejected))
 
     # ------------------------------------------------------------------ events
-    def on_generated(self, actor: int, minibatch_id: str) -> None:
-        """``actor`` finished ``minibatch_id``: all its samples join the queue."""
-        index = self.dispatcher.complete(actor, minibatch_id)
-        version = self.dispatcher.actors[actor].version
-        self.queue.arrive(self.dispatcher.minibatches[index].prompt_ids, version)
+    def on_generated(self, actor: int, minibatch_id: str,
+                     rewards: Optional[Mapping[str, Sequence[float]]] = None) -> None:
+        """``actor`` finished ``minibatch_id``: all its samples join the queue. ``rewards``
+        (prompt id -> the filter metric of each sample) is what ``filter_groups`` reads:
+        the groups the rule rejects (``rejection.rejected_groups``) leave at once, as in
+        ``on_groups_rejected``. With ``filter_groups="std"`` every prompt needs its values."""
+        d = self.dispatcher
+        if self.config.filter_groups != "none":
+            index = d.index_of.get(minibatch_id)
+            ids = d.minibatches[index].prompt_ids if index is not None else ()
+            missing = [p for p in ids if p not in (rewards or {})]
+            if missing:
+                raise ProtocolError(f"filter_groups={self.config.filter_groups}: the report of minibatch "
+                                    f"{minibatch_id!r} carries no rewards for {missing[:3]}")
+        index = d.complete(actor, minibatch_id)
+        version = d.actors[actor].version
+        ids = d.minibatches[index].prompt_ids
+        self.queue.arrive(ids, version)
+        if self.config.filter_groups != "none":
+            self.on_groups_rejected(rejected_groups(self.config.filter_groups, {p: rewards[p] for p in ids}))
+
+    def on_groups_rejected(self, prompt_ids: Sequence[str]) -> None:
+        """These queued groups are rejected (dynamic sampling): they leave the queue, their
+        queue room and their admission are given back, and they are counted (``ledger``,
+        ``Finish.rejected``); dispatch makes them up with more prompts. Ids not queued (or
+        repeated) are a ``ProtocolError`` and change nothing."""
+        ids = list(prompt_ids)
+        queued = {g.prompt_id: g for g in self.queue.groups()}
+        bad = [p for p in ids if p not in queued] + [p for p in set(ids) if ids.count(p) > 1]
+        if bad:
+            raise ProtocolError(f"cannot reject prompt groups {bad[:3]}: only queued groups can be "
+                                "rejected, once each")
+        if not ids:
+            return
+        self.queue.remove(ids)
+        for pid in ids:
+            self.staleness.retract(1, queued[pid].version)
+        self._rejected.extend(ids)
+        self._owed += len(ids)
+        if self.staleness.consumed < self.total_steps * self.config.global_batch_size:
+            self._rejected_for_step += len(ids)
 
     def on_minibatch_failed(self, actor: int, minibatch_id: str) -> None:
         """``actor`` lost ``minibatch_id``; the shell drops any partial output. It is
@@ -512,7 +662,8 @@ class ControlCore:
                 "replan_pending: the new minibatches must hold exactly the prompt ids not yet dispatched "
                 f"({sum(old_ids.values())} of them); missing {len(missing)} {missing[:5]}, extra or repeated "
                 f"{len(extra)} {extra[:5]}")
-        steps = _check_plan(self.config, list(d.minibatches[:d.cursor]) + new)
+        config = replace(self.config, total_steps=self.total_steps)   # refills add prompts, not steps
+        steps = _check_plan(config, list(d.minibatches[:d.cursor]) + new)
         if steps != self.total_steps:  # same prompt count: a bug here, never a user error
             raise ProtocolError(f"replan_pending resolved total_steps={steps}, the run has {self.total_steps}")
         d.replace_pending(new)
@@ -563,17 +714,23 @@ class ControlCore:
             admitted_prompts=self.staleness.admitted, consumed_prompts=self.staleness.consumed,
             pending_minibatches=len(d.minibatches) - d.cursor, retry_minibatches=len(d.retries),
             actors=actors, age_histogram=dict(sorted(self.ages.items())),
-            outstanding_by_version=self.staleness.outstanding())
+            outstanding_by_version=self.staleness.outstanding(),
+            rejected_prompts=len(self._rejected), extra_minibatches=self.extra_minibatches)
 
     def ledger(self) -> Ledger:
         d = self.dispatcher
         running = [pid for _, k in d.running() for pid in d.minibatches[k].prompt_ids]
         return Ledger(frozenset(self._pending_ids()), frozenset(running),
-                      frozenset(g.prompt_id for g in self.queue.groups()), frozenset(self._consumed))
+                      frozenset(g.prompt_id for g in self.queue.groups()), frozenset(self._consumed),
+                      frozenset(self._rejected))
 
     def consumed_ids(self) -> list[str]:
         """Prompt ids in the order the trainer consumed them."""
         return list(self._consumed)
+
+    def rejected_ids(self) -> list[str]:
+        """Prompt ids in the order dynamic sampling rejected them."""
+        return list(self._rejected)
 
     def _pending_ids(self) -> list[str]:
         d = self.dispatcher

@@ -19,7 +19,7 @@ that issues nothing while nothing is in flight is deadlocked: ``ControlDeadlock`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
 from .core import Action, AwaitActor, ControlCore, Finish, Generate, LoadWeights, Publish, TrainStep
 
@@ -30,10 +30,13 @@ __all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Fanout", "Outcome"
 @dataclass(frozen=True)
 class Done:
     """``action`` completed; ``info`` is the cluster's report of it (timing, lengths...),
-    passed to the observer untouched."""
+    passed to the observer untouched. ``rewards``, for a ``Generate``: prompt id -> the
+    filter metric of each of its samples, which the core's reject rule reads
+    (``ControlConfig.filter_groups``; None when the cluster does not score)."""
 
     action: Action
     info: Any = None
+    rewards: Optional[Mapping[str, Sequence[float]]] = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,8 @@ class Outcome:
 
 
 def apply_event(core: ControlCore, event: Event) -> None:
-    """Report ``event`` to the core. A failed generation is re-dispatched by the core; a
+    """Report ``event`` to the core. A finished generation brings its rewards (the core
+    rejects the groups its filter rule rejects); a failed generation is re-dispatched by the core; a
     failed load is retried; a generation or load whose actor died (``Failed.lost``) marks
     the actor lost (restarting); ``AwaitActor`` done (``info``: the version the restarted
     actor holds) brings it back, failed retires it; a failed train step or publish raises
@@ -141,7 +145,10 @@ def apply_event(core: ControlCore, event: Event) -> None:
         else:
             core.on_actor_retired(a.actor)
     elif isinstance(a, Generate):
-        (core.on_generated if ok else core.on_minibatch_failed)(a.actor, a.minibatch_id)
+        if ok:
+            core.on_generated(a.actor, a.minibatch_id, event.rewards)
+        else:
+            core.on_minibatch_failed(a.actor, a.minibatch_id)
     elif isinstance(a, LoadWeights):
         (core.on_weights_loaded if ok else core.on_load_failed)(a.actor, a.version)
     elif isinstance(a, TrainStep):

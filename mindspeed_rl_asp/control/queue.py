@@ -114,6 +114,18 @@ class TrainingQueue:
         self._update_throttle()
         return taken
 
+    def remove(self, prompt_ids: Iterable[str]) -> list[QueuedGroup]:
+        """Take these groups out (rejected by dynamic sampling); returns them. Every id
+        must be queued (``ValueError`` otherwise, and nothing changes)."""
+        wanted = set(prompt_ids)
+        gone = [g for g in self._groups if g.prompt_id in wanted]
+        if len(gone) != len(wanted):
+            missing = sorted(wanted - {g.prompt_id for g in gone})
+            raise ValueError(f"cannot remove prompt groups {missing[:3]}: not queued")
+        self._groups = [g for g in self._groups if g.prompt_id not in wanted]
+        self._update_throttle()
+        return gone
+
     def groups(self) -> list[QueuedGroup]:
         return list(self._groups)
 
