@@ -253,6 +253,9 @@ class SamplingConfig:
     top_p: float = 1.0
     # 0 disables top-k. Keep it 0 for RL: log-probs must be those of the sampling policy.
     top_k: int = 0
+    # Drop tokens whose probability is below min_p x the most likely one's (0: off), as
+    # MindSpeed-RL's sampling_config.min_p (vLLM's min_p; transformers' MinPLogitsWarper).
+    min_p: float = 0.0
 
 
 @dataclass

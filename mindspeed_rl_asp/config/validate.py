@@ -187,6 +187,8 @@ def sampling_problems(cfg) -> list[str]:
     _positive(p, "generate.sampling_config.temperature", sc.temperature)
     if not 0 < sc.top_p <= 1:
         p.append(f"generate.sampling_config.top_p={sc.top_p} must be in (0, 1]")
+    if not 0.0 <= sc.min_p < 1.0:
+        p.append(f"generate.sampling_config.min_p={sc.min_p} must be in [0, 1) (0 disables it)")
     if sc.top_k < 0:
         p.append(f"generate.sampling_config.top_k={sc.top_k} must be >= 0 (0 disables top-k)")
     total = cfg.rl.max_prompt_length + sc.max_tokens

@@ -23,14 +23,17 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     seed: int | None = None
 
     @classmethod
     def from_config(cls, sampling_config, seed: int | None = None) -> "SamplingParams":
         """From ``generate.sampling_config`` (a config node or a plain dict)."""
         get = sampling_config.get if isinstance(sampling_config, dict) else lambda k: getattr(sampling_config, k)
+        min_p = sampling_config.get("min_p", 0.0) if isinstance(sampling_config, dict) else \
+            getattr(sampling_config, "min_p", 0.0)
         return cls(max_tokens=get("max_tokens"), temperature=get("temperature"), top_p=get("top_p"),
-                   top_k=get("top_k"), seed=seed)
+                   top_k=get("top_k"), min_p=float(min_p or 0.0), seed=seed)
 
 
 @dataclass

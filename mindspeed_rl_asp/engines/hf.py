@@ -137,8 +137,8 @@ def response_logprobs(model, prompt_ids, response_ids, pad_id: int, temperature:
 
 
 def _warpers(sampling: SamplingParams) -> list:
-    """Temperature, top-k, top-p as HF applies them (same order), or none where neutral."""
-    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    """Temperature, top-k, top-p, min-p as HF applies them (same order), or none where neutral."""
+    from transformers import MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     warpers = []
     if sampling.temperature != 1.0:
@@ -147,6 +147,8 @@ def _warpers(sampling: SamplingParams) -> list:
         warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
     if sampling.top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
+    if sampling.min_p > 0.0:
+        warpers.append(MinPLogitsWarper(min_p=sampling.min_p))
     return warpers
 
 

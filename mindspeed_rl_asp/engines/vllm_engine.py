@@ -120,7 +120,7 @@ class VLLMGenerationEngine:
         from vllm import SamplingParams as VLLMSampling
 
         return VLLMSampling(
-            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            n=n, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, min_p=sampling.min_p,
             max_tokens=sampling.max_tokens, seed=seed, logprobs=0, detokenize=False)
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> GenerationOutput:
