@@ -65,6 +65,8 @@ class TrainingWorker:
         self.scale_advantages = algo_cfg.get("scale_advantages", True)
         self.loss_cfg = GRPOLossConfig.from_mapping(algo_cfg)
         self.loss_fn = make_loss_fn(self.loss_cfg)
+        if hasattr(self.engine, "configure_loss"):   # engine=mindspeed folds the correction into its own loss
+            self.engine.configure_loss(self.loss_cfg)
         # The KL term needs log-probs of the starting policy: a frozen copy, loaded only then.
         self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), reference_path or model_path,
                                                 temperature, training_engine=self.engine)
