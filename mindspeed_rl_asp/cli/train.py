@@ -26,7 +26,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..config.load import make_run_dir
-    from ..runtime.placement import plan_placement
+    from ..runtime.placement import plan_placement, trainer_holds_devices
 
     from ..schedule.configured import configured_task
 
@@ -38,7 +38,8 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
 
         cfg = resume_config(cfg.resume, overrides)
         resume = find_resume_point(cfg.resume)
-    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks)
+    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
+                               trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
     # The task first: a bad file, field, row or reward stops here, before the run directory exists.
     # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
     # loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).

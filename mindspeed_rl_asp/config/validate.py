@@ -275,11 +275,6 @@ def algo_problems(algo) -> list[str]:
     if not algo.adv_eps >= 0:
         problems.append(f"algo.adv_eps={algo.adv_eps} must be >= 0")
     _choice(problems, "algo.filter_groups", algo.filter_groups, ("none", "std"))
-    # NOT BUILT YET (the control core's reject path): refused until it is.
-    if algo.filter_groups == "std":
-        problems.append("algo.filter_groups=std (DAPO dynamic sampling) is not built yet; use algo.filter_groups=none")
-    if algo.overlong_buffer_len > 0:
-        problems.append("algo.overlong_buffer_len > 0 (DAPO overlong shaping) is not built yet; use 0")
     if algo.max_num_gen_batches < 0:
         problems.append(f"algo.max_num_gen_batches={algo.max_num_gen_batches} must be >= 0 (0: no limit)")
     if algo.overlong_buffer_len < 0:

@@ -58,6 +58,12 @@ def make_generation_engine(engine_cfg, model_path: str, instance: int | None = N
 
         return VLLMGenerationEngine(model_path, engine_cfg, instance=instance)
     if engine_cfg.name == "mindspeed":
+        if getattr(engine_cfg, "mindspeed_workers", "npu") == "cpu":
+            # MindSpeed-RL's orchestration on CPU (integrations/mindspeed/cpu_workers.py):
+            # the Generation Units are the hf engine; this process needs no MindSpeed-RL.
+            from .hf import HFGenerationEngine
+
+            return HFGenerationEngine(model_path, "cpu", engine_cfg.dtype, engine_cfg.num_threads)
         # Generation is this project's vLLM engine; on NPUs vLLM runs through vllm-ascend.
         _require_mindspeed_rl()
         from .vllm_engine import VLLMGenerationEngine

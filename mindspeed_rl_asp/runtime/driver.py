@@ -22,7 +22,7 @@ from typing import Callable
 from omegaconf import OmegaConf
 
 
-def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
+def _ray_options(placement_group, slot, resource: str, threads: int, extra_env: dict | None = None) -> dict:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     strategy = PlacementGroupSchedulingStrategy(placement_group=placement_group,
@@ -42,13 +42,16 @@ def _ray_options(placement_group, slot, resource: str, threads: int) -> dict:
         from .placement import npu_actor_env
 
         env.update(npu_actor_env(slot, os.environ))
+    env.update(extra_env or {})
     options["runtime_env"] = {"env_vars": env}
     return options
 
 
-def ensure_ray(layout) -> bool:
+def ensure_ray(layout, extra_resources: dict | None = None) -> bool:
     """Start a local Ray cluster sized to a CPU layout unless one is running (or
-    ``ray start`` made one, which ``RAY_ADDRESS`` points to). Returns whether we started it."""
+    ``ray start`` made one, which ``RAY_ADDRESS`` points to). Returns whether we started it.
+    ``extra_resources``: logical resources the local cluster offers besides (the NPUs of
+    ``engine.mindspeed_workers=cpu``)."""
     import ray
 
     if ray.is_initialized():
@@ -58,8 +61,29 @@ def ensure_ray(layout) -> bool:
         return True
     devices = layout.nodes * layout.devices_per_node
     ray.init(num_cpus=devices if layout.device_type == "cpu" else None, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+             log_to_driver=False, configure_logging=False, resources=extra_resources or None)
     return True
+
+
+def mindspeed_logical_npus(cfg, layout) -> dict | None:
+    """``{"NPU": T devices}`` for engine=mindspeed with ``mindspeed_workers=cpu``: MindSpeed-RL's
+    worker group is placed on bundles of (logical) NPUs, one per T device."""
+    if cfg.engine.name != "mindspeed" or cfg.engine.mindspeed_workers != "cpu":
+        return None
+    return {"NPU": float(layout.train_nodes * layout.devices_per_node)}
+
+
+def mindspeed_trainer_setup(cfg, layout, engine_cfg: dict, pin_nodes: bool) -> tuple[dict, dict]:
+    """engine=mindspeed: the engine config the Training Unit gets (with the bundles of
+    MindSpeed-RL's worker group, which ASP places, and the KL reference path) and the
+    environment of the processes that run MindSpeed-RL's code (its checkout, and with
+    ``mindspeed_workers=cpu`` the NPU stand-ins, on PYTHONPATH)."""
+    from ..integrations.mindspeed.job import worker_env
+    from .placement import mindspeed_worker_bundles
+
+    cpus = 0.0 if cfg.engine.mindspeed_workers == "cpu" else 1.0
+    engine_cfg = {**engine_cfg, "mindspeed_bundles": mindspeed_worker_bundles(layout, cfg.mode.name, cpus, pin_nodes)}
+    return engine_cfg, worker_env(cfg.engine.mindspeed_workers, layout.devices_per_node)
 
 
 def launched_by_asp_launch() -> bool:
@@ -134,7 +158,7 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     """The generation actors and the trainer rank actors in their placement-group slots,
     starting from ``weights_path`` (a resumed run: its checkpoint's policy); the trainer's
     KL reference is ``model_path``, the run's starting checkpoint."""
-    from .generation_unit import GenerationWorker, restart_options
+    from .generation_unit import GenerationWorker, generation_scoring, restart_options
     from .training_unit import TrainingWorker
     from .transport import remote_class
 
@@ -143,19 +167,25 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
         engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
     sampling = OmegaConf.to_container(cfg.generate.sampling_config)
+    # Dynamic sampling / overlong shaping: the generation actors score their samples.
+    scoring = generation_scoring(cfg, task_config_for_actors(cfg), task.import_roots(), task.rewards.names)
     transport_name, num_gen = cfg.weights.transport, len(placement.generators)
     gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
     generators = [
         gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
                         **restart_options(cfg.fault.actor_restarts)).remote(
-            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt)
+            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt, scoring)
         for slot in placement.generators
     ]
     # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
+    trainer_cfg, trainer_env = engine_cfg, {}
+    if cfg.engine.name == "mindspeed":
+        trainer_cfg, trainer_env = mindspeed_trainer_setup(cfg, OmegaConf.to_object(cfg.layout), engine_cfg,
+                                                           launched_by_asp_launch())
     trainers = [
         remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
-            **_ray_options(pg, slot, placement.resource, threads)).remote(
-            engine_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+            **_ray_options(pg, slot, slot.resource or placement.resource, threads, trainer_env)).remote(
+            trainer_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
             OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
             cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
         for slot in placement.trainers
@@ -192,13 +222,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .distributed import connect_trainer_ranks
     from .planning import make_control_core
     from .ray_cluster import RayCluster
-    from .placement import plan_placement
-    from .recorder import RunRecorder
+    from .placement import plan_placement, trainer_holds_devices
+    from .recorder import RunRecorder, dynamic_sampling_summary
     from .replan import make_epoch_observer
     from .transport import make_transport
     from .checkpoint import Checkpointer, latest_checkpoint, merge_histograms
     from ..control.loop import Fanout, Loop, TrainerFailed
-    from ..control.core import ActorsExhausted
+    from ..control.core import ActorsExhausted, TooManyRejected
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
@@ -210,12 +240,18 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
     offset = prior.version
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
-    placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks)
+    own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
+    placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
     core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset)
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    started_ray = ensure_ray(layout)
+    if cfg.engine.name == "mindspeed" and cfg.mode.name == "hybrid":
+        from ..config.validate import ConfigError
+
+        raise ConfigError("mode=hybrid with engine=mindspeed is MindSpeed-RL's own colocated run (launch its "
+                          "cli/train_grpo.py for that baseline); ASP's engine=mindspeed runs mode=async")
+    started_ray = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
     resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": offset}
     task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
                     "correctness_reward": task.rewards.correctness.name,
@@ -233,7 +269,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         try:
             multi_node = launched_by_asp_launch()
             if multi_node:   # bundle k on the machine started as layout node k
-                placement = plan_placement(layout, cfg.mode.name, pin_nodes=True, ranks=cfg.train.ranks)
+                placement = plan_placement(layout, cfg.mode.name, pin_nodes=True, ranks=cfg.train.ranks,
+                                           trainer_holds_devices=own_devices)
             (run_dir / "placement.txt").write_text(placement.describe() + "\n")
             pg = placement_group(list(placement.bundles), strategy="PACK")
             ray.get(pg.ready())
@@ -277,11 +314,12 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 generation_failures=prior.generation_failures + recorder.failures,
                 checkpoint=checkpointer.last_path and str(checkpointer.last_path),
                 unused_prompts={"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
-                                "running": len(finish.running)})
+                                "running": len(finish.running), "rejected": len(finish.rejected)},
+                dynamic_sampling=dynamic_sampling_summary(core.snapshot(), cfg.algo.filter_groups))
             final_path = run_dir / "final_policy"
             if cfg.eval.save_final_policy or cfg.eval.num_prompts:
                 ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
-        except (TrainerFailed, ActorsExhausted) as error:   # the run cannot go on: say so, then raise
+        except (TrainerFailed, ActorsExhausted, TooManyRejected) as error:   # the run cannot go on: say so, then raise
             summary = summary_of_segment(
                 failed=True, error=str(error).splitlines()[0] if str(error) else type(error).__name__)
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

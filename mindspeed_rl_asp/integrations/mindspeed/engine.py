@@ -89,7 +89,7 @@ class ApiCall:
 MINDSPEED_API = (
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.__init__",
             ("worker", "placement_group", "megatron_config", "rl_config", "model_provider", "initialize_func",
-             "tokenizer", "generate_config", "get_megatron_module")),
+             "tokenizer", "generate_config", "get_megatron_module", "profiler_config", "msprobe_config")),
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.initialize", ()),
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.compute_log_prob", ("blocking",)),
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.compute_ref_log_prob", ("blocking",)),
@@ -97,31 +97,36 @@ MINDSPEED_API = (
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.sync_init_transfer_dock", ("transfer_dock",)),
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.execute_sync_command", ("method_name",)),
     ApiCall("mindspeed_rl.workers.scheduler.launcher", "RayActorGroup.save_checkpoint", ("iteration",)),
-    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.__init__",
+    ApiCall("mindspeed_rl.workers.integrated_worker", "IntegratedWorker.__init__",
             ("megatron_config", "rl_config", "generate_config", "model_provider", "initialize_func", "tokenizer",
              "get_megatron_module")),
-    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.compute_log_prob", ()),
-    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.update",
-            ("kl_ctrl", "skip_actor_log_prob")),
-    ApiCall("mindspeed_rl.workers.actor_hybrid_worker", "ActorHybridWorkerBase.init_transfer_dock", ("td",)),
-    ApiCall("mindspeed_rl.workers.reference_worker", "ReferenceWorker.__init__",
-            ("megatron_config", "rl_config", "generate_config", "model_provider", "initialize_func", "tokenizer",
-             "get_megatron_module")),
-    ApiCall("mindspeed_rl.workers.reference_worker", "ReferenceWorker.compute_ref_log_prob", ()),
+    ApiCall("mindspeed_rl.workers.integrated_worker", "IntegratedWorker.compute_log_prob", ()),
+    ApiCall("mindspeed_rl.workers.integrated_worker", "IntegratedWorker.compute_ref_log_prob", ()),
+    ApiCall("mindspeed_rl.workers.integrated_worker", "IntegratedWorker.update", ("kl_ctrl", "skip_actor_log_prob")),
+    ApiCall("mindspeed_rl.workers.integrated_worker", "IntegratedWorker.init_transfer_dock", ("td",)),
     ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.__init__",
             ("prompts_num", "n_samples_per_prompt", "metrics", "GBS_train", "addition_columns")),
     ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.put_experience", ("data_dict", "indexes")),
     ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.get_experience",
-            ("consumer", "experience_columns", "indexes")),
+            ("consumer", "experience_columns", "experience_count", "indexes", "get_n_samples")),
+    ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.all_consumed", ("consumer", "get_n_samples")),
     ApiCall("mindspeed_rl.trainer.utils.transfer_dock", "GRPOTransferDock.clear", ()),
+    ApiCall("mindspeed_rl.trainer.utils.compute_utils", "FixedKLController.__init__", ("init_kl_coef",)),
+    ApiCall("mindspeed_rl.trainer.utils.compute_utils", "AdaptiveKLController.__init__",
+            ("init_kl_coef", "target_kl", "horizon")),
+    ApiCall("mindspeed_rl.models.loss.grpo_actor_loss_func", "GRPOActorLossFunc._compute_grpo_policy_loss",
+            ("old_log_prob", "log_prob", "ref_log_prob", "advantages", "entropy", "eos_mask", "cliprange", "kl_ctrl",
+             "kl_penalty", "entropy_coeff")),
     ApiCall("mindspeed_rl.config_cls.megatron_config", "MegatronConfig.__init__", ("training_config", "model_config")),
     ApiCall("mindspeed_rl.config_cls.rl_config", "RLConfig.__init__", ("config_dict",)),
     ApiCall("mindspeed_rl.config_cls.generate_config", "GenerateConfig.__init__", ("config_dict",)),
+    ApiCall("mindspeed_rl.config_cls.validate_config", "validate_rl_args",
+            ("actor_config", "ref_config", "reward_config", "rl_config", "generate_config")),
     ApiCall("mindspeed_rl.utils.tokenizer", "get_tokenizer", ("tokenizer_model",)),
     ApiCall("mindspeed_rl.utils.metrics", "Metric.__init__", ()),
 )
 # From the checkout's cli/train_grpo.py (not a package): what RayActorGroup is given.
-CLI_FUNCTIONS = ("gpt_model_provider", "initialize_megatron", "get_megatron_module")
+CLI_FUNCTIONS = ("gpt_model_provider", "initialize_megatron", "get_megatron_module", "parse_training_config")
 
 
 def mindspeed_install_hint() -> str:
@@ -189,21 +194,15 @@ def _asp_state_dict(self) -> tuple[tuple[int, int, int], dict]:
     return rank, {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
 
 
-def _actor_worker_class():
-    """MindSpeed-RL's actor with ``asp_state_dict`` added, as a Ray actor class. Named
-    ``ActorHybridWorker`` on purpose: RayActorGroup looks its NPU count up by class name
-    (``launcher.resource_mapping``: ``rl_config.actor_resource``)."""
+def _integrated_worker_class():
+    """MindSpeed-RL's IntegratedWorker (actor and reference in one) with ``asp_state_dict``
+    added, as a Ray actor class. Named ``IntegratedWorker`` on purpose: RayActorGroup looks
+    its NPU count up by class name (``launcher.resource_mapping``: ``rl_config.actor_resource``)."""
     import ray
-    from mindspeed_rl.workers.actor_hybrid_worker import ActorHybridWorkerBase
+    from mindspeed_rl.workers.integrated_worker import IntegratedWorker
 
-    cls = type("ActorHybridWorker", (ActorHybridWorkerBase,), {"asp_state_dict": _asp_state_dict})
+    cls = type("IntegratedWorker", (IntegratedWorker.__ray_actor_class__,), {"asp_state_dict": _asp_state_dict})
     return ray.remote(resources={"NPU": 0.7})(cls)
-
-
-def _read_yaml(path: str) -> dict:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
 def _ray_dock(rows: int):
@@ -214,7 +213,9 @@ def _ray_dock(rows: int):
     from .queue import ASP_COLUMNS
 
     # GBS_train = rows: its default 0 makes n-sample reads return nothing.
-    return GRPOTransferDock.remote(prompts_num=rows, n_samples_per_prompt=1, metrics=Metric(), GBS_train=rows,
+    # num_cpus=0: the dock reserves 10 CPUs by default, which would wait forever on a small
+    # cluster; it only holds tensors and answers calls.
+    return GRPOTransferDock.options(num_cpus=0).remote(prompts_num=rows, n_samples_per_prompt=1, metrics=Metric(), GBS_train=rows,
                                    addition_columns=list(ASP_COLUMNS))
 
 
@@ -276,13 +277,81 @@ def _rows(prompt_ids, response_ids) -> dict:
     return cols
 
 
+def _placement_groups(bundles: Sequence[Sequence[dict]]) -> list:
+    """ASP's placement groups for MindSpeed-RL's worker group, one per T node, ready."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    groups = [placement_group(list(node), strategy="STRICT_PACK") for node in bundles]
+    ray.get([g.ready() for g in groups])
+    return groups
+
+
+def _worker_group(workers: str, configs: dict, placement_groups: list, model_path: str, engine_cfg, temperature):
+    """MindSpeed-RL's ``RayActorGroup`` of integrated workers (actor and reference in one, as
+    its GRPO requires) on ASP's placement groups, initialised."""
+    from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
+
+    actor_config, rl_config = configs["actor_config"], configs["rl_config"]
+    common = dict(placement_group=placement_groups, megatron_config=actor_config, rl_config=rl_config,
+                  generate_config=configs["generate_config"], profiler_config=configs["profiler_config"]["integrated"],
+                  msprobe_config=configs["msprobe_config"],
+                  global_batch_size=actor_config.global_batch_size * rl_config.n_samples_per_prompt)
+    if workers == "cpu":
+        from .cpu_workers import cpu_worker_class
+
+        return RayActorGroup(worker=cpu_worker_class(), model_provider=None, initialize_func=None,
+                             get_megatron_module=None, tokenizer=None, asp_model_path=model_path,
+                             asp_dtype=getattr(engine_cfg, "dtype", "float32") if getattr(engine_cfg, "device", "cpu")
+                             == "cpu" else "float32", asp_threads=max(1, int(getattr(engine_cfg, "num_threads", 1))),
+                             asp_temperature=float(temperature), **common).initialize()
+    from mindspeed_rl.utils.tokenizer import get_tokenizer
+
+    cli = load_cli_functions()
+    tokenizer = get_tokenizer(tokenizer_model=actor_config.tokenizer_name_or_path,
+                              prompt_type=getattr(actor_config, "prompt_type", None),
+                              prompt_type_path=getattr(actor_config, "prompt_type_path", None))
+    return RayActorGroup(worker=_integrated_worker_class(), model_provider=cli["gpt_model_provider"],
+                         initialize_func=cli["initialize_megatron"], get_megatron_module=cli["get_megatron_module"],
+                         tokenizer=tokenizer, **common).initialize()
+
+
+def importance_weighted_advantages(advantages, behaviour, proximal, loss_cfg) -> tuple[list, list]:
+    """``(old_log_prob, per-token advantages)`` for MindSpeed-RL's loss so that it computes
+    this project's off-policy-corrected GRPO loss exactly: the clipped PPO objective
+    ``max(-A r, -A clip(r))`` is positively homogeneous in ``A``, so a token's capped
+    importance weight ``w = min(exp(proximal - behaviour), tis_cap)`` (detached) moves into
+    its advantage (``A w``) with the ratio taken against the proximal policy, as
+    ``algo/grpo.grpo_loss`` does. ``off_policy=none`` (or no proximal): the behaviour
+    log-probs and ``A`` as they are."""
+    import math
+
+    off_policy = getattr(loss_cfg, "off_policy", "none") if loss_cfg is not None else "none"
+    if off_policy == "none" or proximal is None:
+        return ([list(map(float, b)) for b in behaviour],
+                [[float(a)] * len(b) for a, b in zip(advantages, behaviour)])
+    cap = loss_cfg.tis_cap if loss_cfg.tis_cap is not None else math.inf
+    limit = 20.0   # algo/grpo.LOG_RATIO_LIMIT: exp() clamped the same way
+    weighted = []
+    for a, b, p in zip(advantages, behaviour, proximal):
+        weighted.append([float(a) * min(math.exp(max(-limit, min(limit, float(pi) - float(bi)))), cap)
+                         for bi, pi in zip(b, p)])
+    return [list(map(float, p)) for p in proximal], weighted
+
+
 class MindSpeedTrainingEngine:
     """The training-engine protocol over MindSpeed-RL's actor (see the module docstring;
     written against its API, not run: there is no NPU here)."""
 
     def __init__(self, engine_cfg, model_path: str, train_cfg=None, rl_cfg=None, temperature: float = 1.0):
+        """Assembles the job as MindSpeed-RL's ``cli/train_grpo.py`` does (``job.py``): Hydra
+        with the job's defaults, its config classes and ``validate_rl_args`` through its own
+        ``parse_training_config``, its KL controller, and a ``RayActorGroup`` of integrated
+        workers (MindSpeed-RL's on NPUs; ``cpu_workers.py`` with ``engine.mindspeed_workers=cpu``)
+        on ASP's placement groups (``engine_cfg.mindspeed_bundles``, from the driver)."""
         from transformers import AutoConfig, AutoTokenizer
 
+        from . import job as jobs
         from .weight_map import ModelShape, Parallel
 
         path = getattr(engine_cfg, "mindspeed_config", "") or ""
@@ -290,30 +359,20 @@ class MindSpeedTrainingEngine:
             raise MindSpeedEngineError("engine=mindspeed needs engine.mindspeed_config=FILE.yaml: the MindSpeed-RL GRPO "
                               "YAML whose megatron_training / actor_config / rl_config / generate_config / model "
                               "sections build its actor")
-        from mindspeed_rl.config_cls.generate_config import GenerateConfig
-        from mindspeed_rl.config_cls.megatron_config import MegatronConfig
-        from mindspeed_rl.config_cls.rl_config import RLConfig
-        from mindspeed_rl.utils.tokenizer import get_tokenizer
-        from mindspeed_rl.workers.reference_worker import ReferenceWorker
-        from mindspeed_rl.workers.scheduler.launcher import RayActorGroup
-
-        config = _read_yaml(path)
-        model_section = config.get("model")
-        actor_config = MegatronConfig({**config["megatron_training"], **config.get("actor_config", {})}, model_section)
-        ref_config = MegatronConfig({**config["megatron_training"], **config.get("ref_config", {})}, model_section)
-        self.rl_config = RLConfig(config["rl_config"])
-        generate_config = GenerateConfig(config["generate_config"])
-        cli = load_cli_functions()
-        tokenizer = get_tokenizer(tokenizer_model=actor_config.tokenizer_name_or_path,
-                                  prompt_type=getattr(actor_config, "prompt_type", None),
-                                  prompt_type_path=getattr(actor_config, "prompt_type_path", None))
-        common = dict(placement_group=None, rl_config=self.rl_config, generate_config=generate_config,
-                      model_provider=cli["gpt_model_provider"], tokenizer=tokenizer,
-                      initialize_func=cli["initialize_megatron"], get_megatron_module=cli["get_megatron_module"],
-                      global_batch_size=actor_config.global_batch_size * self.rl_config.n_samples_per_prompt)
-        self.actor = RayActorGroup(worker=_actor_worker_class(), megatron_config=actor_config, **common).initialize()
-        self.reference = RayActorGroup(worker=ReferenceWorker, megatron_config=ref_config, **common).initialize()
-        self.docks = DockCalls([self.actor, self.reference])
+        workers = getattr(engine_cfg, "mindspeed_workers", "npu")
+        bundles = getattr(engine_cfg, "mindspeed_bundles", None)
+        if not bundles:
+            raise MindSpeedEngineError("engine=mindspeed: no placement for MindSpeed-RL's worker group "
+                                       "(engine.mindspeed_bundles); the driver (runtime/driver.py) places it")
+        jobs.use_mindspeed_rl(workers)
+        job = jobs.fit_job_to_t_side(jobs.compose_job(path), sum(len(group) for group in bundles), workers)
+        configs = jobs.build_job(job)
+        actor_config, self.rl_config = configs["actor_config"], configs["rl_config"]
+        self.kl_ctrl = jobs.make_kl_controller(self.rl_config)
+        self.placement_groups = _placement_groups(bundles)
+        self.actor = _worker_group(workers, configs, self.placement_groups, model_path, engine_cfg, temperature)
+        self.docks = DockCalls([self.actor])
+        self.loss_cfg = None
         self.model_path = model_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.shape = ModelShape.from_hf_config(AutoConfig.from_pretrained(model_path),
@@ -323,6 +382,11 @@ class MindSpeedTrainingEngine:
                                  ep=getattr(actor_config, "expert_model_parallel_size", 1) or 1,
                                  moe_tp_extend_ep=bool(getattr(actor_config, "moe_tp_extend_ep", False)))
         self.version = 0
+
+    def configure_loss(self, loss_cfg) -> None:
+        """The run's GRPO loss config (``algo``): its off-policy correction is folded into
+        the advantages MindSpeed-RL's loss reads (``importance_weighted_advantages``)."""
+        self.loss_cfg = loss_cfg
 
     # ------------------------------------------------------------------ protocol
     def logprobs(self, prompt_ids, response_ids, temperature: float = 1.0) -> list[list[float]]:
@@ -336,29 +400,34 @@ class MindSpeedTrainingEngine:
     def reference_logprobs(self, prompt_ids, response_ids) -> list[list[float]]:
         dock = self.docks.dock_for(len(response_ids))
         self.docks.put(dock, _rows(prompt_ids, response_ids), len(response_ids))
-        self.reference.compute_ref_log_prob(blocking=True)
+        self.actor.compute_ref_log_prob(blocking=True)   # the integrated worker holds the reference
         return self.docks.read(dock, "ref_log_prob", [len(r) for r in response_ids])
 
     def train_step(self, batch, loss_fn=None) -> dict[str, float]:
-        """One MindSpeed-RL update on ``batch``: its advantages, and as ``old_log_prob``
-        the proximal log-probs if present, else the behaviour ones (MindSpeed-RL's own
-        GRPO loss; ``loss_fn`` is not used)."""
+        """One MindSpeed-RL update on ``batch`` with its own GRPO loss and optimizer, the
+        run's off-policy correction folded into the advantages
+        (:func:`importance_weighted_advantages`), and its KL controller (``kl_ctrl.value``).
+        ``loss_fn`` (this project's loss) is not used: MindSpeed-RL's computes the same."""
         import torch
 
         rows = len(batch)
         columns = _rows(batch.prompt_ids, batch.response_ids)
         extras = batch.extras
-        old = extras["proximal_logprobs"] if "proximal_logprobs" in extras else extras["behaviour_logprobs"]
+        old, advantages = importance_weighted_advantages(extras["advantages"], extras["behaviour_logprobs"],
+                                                         extras.get("proximal_logprobs"), self.loss_cfg)
         ref = extras["ref_logprobs"] if "ref_logprobs" in extras else old
-        columns["old_log_prob"] = [torch.as_tensor(list(x), dtype=torch.float32) for x in old]
+        columns["old_log_prob"] = [torch.tensor(x, dtype=torch.float32) for x in old]
         columns["ref_log_prob"] = [torch.as_tensor(list(x), dtype=torch.float32) for x in ref]
-        columns["advantages"] = [torch.full((len(r),), float(a), dtype=torch.float32)
-                                 for r, a in zip(batch.response_ids, extras["advantages"])]
+        columns["advantages"] = [torch.tensor(a, dtype=torch.float32) for a in advantages]
         dock = self.docks.dock_for(rows)
         self.docks.put(dock, columns, rows)
-        self.actor.update(None, False)   # kl_ctrl, skip_actor_log_prob: old_log_prob is in the dock
+        results = self.actor.update(self.kl_ctrl, False)   # old_log_prob is in the dock
         self.version += 1
-        return {"mindspeed_update": 1.0, "asp_loss_fn_used": 0.0}
+        metrics = {"mindspeed_update": 1.0, "asp_loss_fn_used": 0.0, "kl_coef": float(self.kl_ctrl.value)}
+        first = results[0] if results else None
+        if isinstance(first, dict):   # the cpu workers return their loss metrics; MindSpeed-RL's return None
+            metrics.update({k.replace("actor/", "mindspeed_"): float(v) for k, v in first.items()})
+        return metrics
 
     def state_tensors(self) -> dict:
         """The actor's weights as a Hugging Face state dict (weight_map.megatron_to_hf)."""
