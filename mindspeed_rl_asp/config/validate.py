@@ -51,11 +51,17 @@ def layout_problems(layout, mode_name: str) -> list[str]:
                 f"= {layout.train_nodes + layout.gen_nodes} exceeds layout.nodes={layout.nodes}; "
                 "lower one of them, raise layout.nodes, or run mode=hybrid (colocated)"
             )
-    _divides(
-        p, "layout.infer_instance_size", layout.infer_instance_size,
-        "layout.devices_per_node", layout.devices_per_node,
-        "an inference instance must fit a node evenly: use a divisor of devices_per_node",
-    )
+    size, per_node = layout.infer_instance_size, layout.devices_per_node
+    if size <= per_node or size % per_node:
+        _divides(p, "layout.infer_instance_size", size, "layout.devices_per_node", per_node,
+                 "an inference instance must fit a node evenly or span whole nodes: use a divisor or a multiple "
+                 "of devices_per_node")
+    else:   # an instance of k whole nodes takes k G nodes (hybrid: k of every node)
+        span, gen = size // per_node, layout.nodes if mode_name == "hybrid" else layout.gen_nodes
+        if gen % span:
+            key = "layout.nodes" if mode_name == "hybrid" else "layout.gen_nodes"
+            p.append(f"layout.infer_instance_size={size} spans {span} whole nodes of {per_node}, which does not "
+                     f"divide {key}={gen}; make {key} a multiple of {span} or the instance smaller")
     return p
 
 

@@ -85,10 +85,28 @@ def describe_wait(layout, mode_name: str) -> str:
             f"{used_nodes(layout, mode_name) - 1}) with {needed[device]:g} {device} in all")
 
 
+LAYOUT_KEYS = ("name", "device_type", "accelerator", "nodes", "devices_per_node", "train_nodes", "gen_nodes",
+               "infer_instance_size")
+
+
+def layout_arguments(layout, shipped: Optional[Mapping[str, Mapping]] = None) -> list[str]:
+    """How a command names ``layout``: ``layout=NAME`` when configs/layout/NAME.yaml is this
+    layout, else every key (a layout made from an NPU count by the MindSpeed-RL import has
+    no file). ``shipped``: the layout files by name (default: read from configs/)."""
+    if shipped is None:
+        from ..integrations.mindspeed.config_import import shipped_layouts
+
+        shipped = shipped_layouts()
+    file = shipped.get(layout.name)
+    if file is not None and all(file.get(k, getattr(layout, k)) == getattr(layout, k) for k in LAYOUT_KEYS):
+        return [f"layout={layout.name}"]
+    return [f"layout.{k}={shlex.quote(str(getattr(layout, k)))}" for k in LAYOUT_KEYS]
+
+
 def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = WAIT_TIMEOUT_S) -> str:
     """The head's wait step: ``asp-launch ... --wait`` returns 0 once the cluster is complete,
     1 (naming what is missing) after ``timeout_s``."""
-    return " ".join(["asp-launch", f"layout={layout.name}", f"mode={mode_name}", f"head={head_address}", "--wait",
+    return " ".join(["asp-launch", *layout_arguments(layout), f"mode={mode_name}", f"head={head_address}", "--wait",
                      f"--wait-timeout={timeout_s:g}"])
 
 
@@ -103,7 +121,7 @@ def launch_commands(layout, mode_name: str, head_address: str, overrides: list[s
         else:
             cmd = ["ray", "start", f"--address={head_address}:{RAY_PORT}", *flags]
         nodes.append(NodeCommand(k, "head" if k == 0 else "worker", node_units(layout, mode_name, k), " ".join(cmd)))
-    driver = " ".join([f"RAY_ADDRESS={head_address}:{RAY_PORT}", "asp-train", f"layout={layout.name}",
+    driver = " ".join([f"RAY_ADDRESS={head_address}:{RAY_PORT}", "asp-train", *layout_arguments(layout),
                        f"mode={mode_name}", *map(shlex.quote, overrides)])
     return nodes, driver
 
