@@ -36,15 +36,20 @@ LOG_RATIO_LIMIT = 20.0
 
 
 def group_advantages(
-    rewards: Sequence[float], group_ids: Sequence[Hashable], eps: float = 1e-6, scale: bool = True
+    rewards: Sequence[float], group_ids: Sequence[Hashable], eps: float = 1e-6, scale: bool = True,
+    ddof: int = 0,
 ) -> list[float]:
     """GRPO advantages: each reward normalised within its group (same prompt).
 
-    ``A_i = (r_i - mean_g) / (std_g + eps)`` with the population standard deviation
-    (``ddof=0``) of the group, or ``A_i = r_i - mean_g`` when ``scale=False``. A group
-    whose rewards are all equal (including a group of one) gets exactly 0. Groups need
-    not be contiguous; the output is aligned with ``rewards``.
+    ``A_i = (r_i - mean_g) / (std_g + eps)`` with the group's standard deviation, the
+    population one (``ddof=0``, this project's default, ``algo.adv_std=population``) or the
+    sample one (``ddof=1``, MindSpeed-RL's ``group_norm``, ``algo.adv_std=sample``), or
+    ``A_i = r_i - mean_g`` when ``scale=False``. A group whose rewards are all equal
+    (including a group of one) gets exactly 0. Groups need not be contiguous; the output is
+    aligned with ``rewards``.
     """
+    if ddof not in (0, 1):
+        raise ValueError(f"ddof={ddof!r} must be 0 (population std) or 1 (sample std)")
     if len(rewards) != len(group_ids):
         raise ValueError(f"rewards ({len(rewards)}) and group_ids ({len(group_ids)}) differ in length")
     if not eps >= 0:
@@ -62,7 +67,7 @@ def group_advantages(
         if max(group) == min(group):
             continue  # all equal: no signal, exactly zero (no rounding residue of the mean)
         mean = math.fsum(group) / len(group)
-        std = math.sqrt(math.fsum((r - mean) ** 2 for r in group) / len(group))
+        std = math.sqrt(math.fsum((r - mean) ** 2 for r in group) / (len(group) - ddof))
         for i in rows:
             centred = values[i] - mean
             advantages[i] = centred / (std + eps) if scale else centred
