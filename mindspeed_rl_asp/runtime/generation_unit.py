@@ -13,6 +13,12 @@ received over a pair group on the actor's transport thread (``receive_weights``,
 may run while the actor generates). ``load_weights`` swaps a version into the engine
 only once all of it is there; a transfer that failed leaves the engine untouched.
 
+Rewards on the rollout side (``algo.filter_groups=std``, DAPO's dynamic sampling): the
+actor scores its samples with the task (``algo/dapo.score_samples``: the task's rewards,
+then the overlong shaping), keeps the scores with the samples (the trainer uses them and
+does not score again) and reports each group's filter metric in ``MinibatchReport.rewards``,
+which the control core's reject rule reads. Without it the trainer scores, as before.
+
 Faults (``fault.actor_restarts``, docs/architecture.md "Faults"): Ray restarts an actor
 whose process died up to that many times (:func:`restart_options`); the restarted
 process runs ``__init__`` again, so it holds the starting checkpoint (version 0) until
@@ -77,6 +83,7 @@ class SampleGroup:
     response_ids: list[np.ndarray]
     logprobs: list[np.ndarray]
     version: int
+    scores: list[dict] | None = None   # the task's score of each sample, when scored here
 
     @property
     def lengths(self) -> list[int]:
@@ -93,6 +100,8 @@ class MinibatchReport:
     start: float
     end: float
     lengths: list[int] = field(default_factory=list)
+    # prompt id -> the filter metric of each sample (algo.filter_groups_metric), when scored here
+    rewards: dict[str, list[float]] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -117,10 +126,37 @@ class LoadReport:
     transfer_s: float = 0.0
 
 
+def generation_scoring(cfg, task_cfg: dict, import_roots, reward_names) -> dict | None:
+    """What a generation actor needs to score its samples (``GenerationWorker(scoring=)``),
+    or None when the trainer scores (``algo.filter_groups=none`` and
+    ``algo.overlong_buffer_len=0``). ``task_cfg``: the task
+    config as actors get it; ``reward_names``: the task's rewards, which
+    ``algo.filter_groups_metric`` must name (or ``acc`` / ``reward``): checked here."""
+    from omegaconf import OmegaConf
+
+    from ..algo.dapo import check_filter_metric, overlong_penalty
+    from ..config.validate import ConfigError
+
+    algo = cfg.algo
+    if algo.filter_groups == "none" and algo.overlong_buffer_len == 0:
+        return None
+    try:
+        if algo.filter_groups != "none":
+            check_filter_metric(algo.filter_groups_metric, list(reward_names))
+        overlong_penalty(0, cfg.generate.sampling_config.max_tokens, algo.overlong_buffer_len,
+                         algo.overlong_penalty_factor)   # the buffer must be shorter than max_tokens
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return {"task_cfg": task_cfg, "import_roots": tuple(import_roots), "max_prompt_length": cfg.rl.max_prompt_length,
+            "algo": OmegaConf.to_container(algo), "max_tokens": cfg.generate.sampling_config.max_tokens}
+
+
 class GenerationWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
-    def __init__(self, actor_index: int, engine_cfg: dict, model_path: str, sampling: dict, n_samples: int):
+    def __init__(self, actor_index: int, engine_cfg: dict, model_path: str, sampling: dict, n_samples: int,
+                 scoring: dict | None = None):
+        """``scoring`` (:func:`generation_scoring`): score samples here, for dynamic sampling."""
         from types import SimpleNamespace
 
         from ..engines.base import SamplingParams
@@ -138,6 +174,33 @@ class GenerationWorker:
         self._discarded: set[tuple] = set()
         self._arrivals = threading.Condition()
         self._receiver = None
+        self.scoring = scoring
+        if scoring is not None:
+            from ..policy.tokenizer import load_tokenizer
+            from ..tasks import make_task
+            from ..tasks.rewards import user_import_roots_on_path
+
+            user_import_roots_on_path(scoring["import_roots"])
+            self.tokenizer = load_tokenizer(model_path)
+            self.task = make_task(SimpleNamespace(**scoring["task_cfg"]), self.tokenizer, scoring["max_prompt_length"])
+            self.prompts = self.task.by_id()
+
+    def _score(self, groups: dict) -> dict[str, list[float]]:
+        """Score every group (the scores stay with its samples); returns each group's
+        filter metric per sample, for the control core's reject rule."""
+        from ..algo.dapo import filter_metric, score_samples
+        from ..policy.evaluate import strip_eos
+        from ..tasks import base_prompt_id
+
+        sc, eos = self.scoring, self.tokenizer.eos_token
+        rewards = {}
+        for pid, group in groups.items():
+            texts = [strip_eos(self.tokenizer.decode(r.tolist(), skip_special_tokens=False), eos)
+                     for r in group.response_ids]
+            group.scores = score_samples(self.task.score, self.prompts[base_prompt_id(pid)], texts, group.lengths,
+                                         sc["algo"], sc["max_tokens"])
+            rewards[pid] = [filter_metric(s, sc["algo"]["filter_groups_metric"]) for s in group.scores]
+        return rewards
 
     def generate(self, minibatch_id: str, prompts: list[tuple[str, list[int]]], seed: int):
         """Generate every sample of ``prompts``; returns (MinibatchReport, {prompt_id: SampleGroup})."""
@@ -161,8 +224,11 @@ class GenerationWorker:
                 prompt_id, np.asarray(ids, dtype=np.int32),
                 [np.asarray(out.response_ids[r], dtype=np.int32) for r in rows],
                 [np.asarray(out.response_logprobs[r], dtype=np.float32) for r in rows], out.weight_version)
+        rewards = self._score(groups) if self.scoring is not None else None
+        if self.scoring is not None and self.scoring["algo"]["filter_groups"] == "none":
+            rewards = None   # shaping only: nothing to reject
         report = MinibatchReport(minibatch_id, self.actor_index, out.weight_version, start, time.time(),
-                                 out.response_lengths)
+                                 out.response_lengths, rewards)
         return report, groups
 
     def load_weights(self, version: int, snapshot, transfer: int | None = None) -> LoadReport:

@@ -64,13 +64,34 @@ def plan_run(cfg, prompts, run_dir=None, log=None):
 
 def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None):
     """The pure control core for this plan (``total_steps``: default ``cfg.steps``; a
-    resumed run: the steps left); a plan the control rules cannot run (for example hybrid
+    resumed run: the steps left; with ``algo.filter_groups`` the core refills from
+    :func:`refill_passes`); a plan the control rules cannot run (for example hybrid
     mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
 
+    control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
+    refill = refill_passes(minibatches) if control.filter_groups != "none" else None
     try:
-        return ControlCore(ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps), minibatches)
+        return ControlCore(control, minibatches, refill=refill)
     except ValueError as error:
         raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
                           f"{error}") from None
+
+
+def refill_passes(minibatches):
+    """The refill of dynamic sampling (``ControlCore(refill=...)``), for when rejected
+    groups used the plan up: pass ``k`` is ``minibatches`` again, as the next passes over
+    the data (as DAPO reads its data loader's next batch): the same cut and order, every
+    prompt id moved ``k x E`` epochs on (``E``: the epochs the list spans), minibatch ids
+    prefixed ``r{k}.``. Pure: the same ``k`` gives the same minibatches."""
+    from ..tasks import base_prompt_id, epoch_prompt_id, prompt_epoch
+
+    mbs = [(str(mb_id), tuple(ids)) for mb_id, ids in minibatches]
+    epochs = [prompt_epoch(p) for _, ids in mbs for p in ids]
+    span = max(epochs) - min(epochs) + 1 if epochs else 1
+
+    def refill(k: int):
+        return [(f"r{k}.{mb_id}", tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + k * span) for p in ids))
+                for mb_id, ids in mbs]
+    return refill

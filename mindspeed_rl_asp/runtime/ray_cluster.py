@@ -4,7 +4,8 @@ Lives in the driver process, beside the Training Unit it serves. It turns the co
 actions into Ray calls and Ray completions into events; it holds no control rule (the
 loop and the core have them all):
 
-* ``Generate`` -> ``actor.generate`` with two returns: a small report (read here) and the
+* ``Generate`` -> ``actor.generate`` with two returns: a small report (read here; with
+  dynamic sampling it carries the groups' rewards, passed on in the event) and the
   samples' payload, which stays in Ray's object store; its reference is what the
   Training Queue holds. That is the streaming data channel: minibatches flow into the
   queue as they finish, and a step starts as soon as the core sees enough of them.
@@ -85,7 +86,10 @@ class RayCluster:
         self.trainers = list(trainer) if isinstance(trainer, (list, tuple)) else [trainer]
         self.trainer = self.trainers[0]
         self.transport = transport or ObjectStoreTransport(self.trainers, generators)
-        self.prompt_tokens = prompt_tokens
+        from ..tasks import base_prompt_id
+
+        # By dataset id: a refill (dynamic sampling) dispatches epoch ids the plan had not.
+        self.prompt_tokens = {base_prompt_id(pid): tokens for pid, tokens in prompt_tokens.items()}
         self.seed = seed
         self.store: VersionedStore = VersionedStore()
         self.store.publish(0, None)   # version 0: the checkpoint every actor starts from
@@ -108,7 +112,9 @@ class RayCluster:
     def submit(self, action: Action) -> None:
         payload = None
         if isinstance(action, Generate):
-            prompts = [(pid, self.prompt_tokens[pid]) for pid in action.prompt_ids]
+            from ..tasks import base_prompt_id
+
+            prompts = [(pid, self.prompt_tokens[base_prompt_id(pid)]) for pid in action.prompt_ids]
             seed = zlib.crc32(f"{self.seed}/{action.minibatch_id}/{action.version}".encode())
             ref, payload = self.generators[action.actor].generate.options(num_returns=2).remote(
                 action.minibatch_id, prompts, seed)
@@ -218,6 +224,8 @@ class RayCluster:
                 return Failed(action, mismatch, info=report, lost=True)
             for pid in action.prompt_ids:
                 self.queue_refs[pid] = payload
+            # The groups' rewards, scored on the rollout side: the core's reject rule reads them.
+            return Done(action, report, rewards=report.rewards)
         elif isinstance(action, LoadWeights):
             self.transport.load_ended(action.actor, action.version, True)
             self._drop(self.store.release(action.version, f"gen-{action.actor}"))

@@ -67,6 +67,8 @@ class RunRecorder(Observer):
         # load_failed | load_retried.
         self.faults: list[dict] = []
         self._died_at: dict[int, float] = {}      # actor -> cluster time its process was lost
+        self._rejected_before = 0                 # dynamic sampling counts at the last step
+        self._extra_before = 0
         self._load_failed: set[int] = set()       # actors whose last load failed (raised)
 
     # ------------------------------------------------------------------ the loop's observer
@@ -205,8 +207,13 @@ class RunRecorder(Observer):
             "generation_failures": self.failures,
             "load_failures": self.load_failures,
             "actor_deaths": sum(f["kind"] == "died" for f in self.faults),
+            # Dynamic sampling (algo.filter_groups): groups rejected and minibatches generated
+            # to make up for them since the previous step (0 without it).
+            "rejected_groups": snap.rejected_prompts - self._rejected_before,
+            "extra_minibatches": snap.extra_minibatches - self._extra_before,
             **report.metrics,
         }
+        self._rejected_before, self._extra_before = snap.rejected_prompts, snap.extra_minibatches
         self.writer.write(step, metrics)
         self.window_start = now
         self._window_lengths, self._window_tokens, self._window_refresh_s = [], 0, []
@@ -233,3 +240,10 @@ class RunRecorder(Observer):
 def _first_line(error: str) -> str:
     lines = str(error).splitlines()
     return lines[0][:200] if lines else ""
+
+
+def dynamic_sampling_summary(snap, filter_groups: str) -> dict:
+    """summary.json's ``dynamic_sampling``: the rule, and in all the groups it rejected
+    and the minibatches generated to make up for them (a ``core.snapshot()``)."""
+    return {"filter_groups": filter_groups, "rejected_groups": snap.rejected_prompts,
+            "extra_minibatches": snap.extra_minibatches}

@@ -63,6 +63,13 @@ class TrainingWorker:
                                            rl, temperature)
         self.tokenizer = self.engine.tokenizer
         self.scale_advantages = algo_cfg.get("scale_advantages", True)
+        # algo.adv_std: population (ddof=0) or sample (ddof=1, MindSpeed-RL's group_norm).
+        self.adv_ddof = 1 if algo_cfg.get("adv_std", "population") == "sample" else 0
+        self.adv_eps = float(algo_cfg.get("adv_eps", 1e-6))
+        # Dynamic sampling and overlong shaping score on the rollout side (the groups bring
+        # their scores); the trainer scores only the groups that come without.
+        self.scored_by_generators = (algo_cfg.get("filter_groups", "none") != "none"
+                                     or algo_cfg.get("overlong_buffer_len", 0) > 0)
         self.loss_cfg = GRPOLossConfig.from_mapping(algo_cfg)
         self.loss_fn = make_loss_fn(self.loss_cfg)
         if hasattr(self.engine, "configure_loss"):   # engine=mindspeed folds the correction into its own loss
@@ -96,6 +103,7 @@ class TrainingWorker:
 
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
         """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
+        from ..algo.dapo import score_samples
         from ..algo.grpo import group_advantages, policy_age_histogram
         from ..engines.base import TrainBatch
         from ..policy.evaluate import strip_eos
@@ -112,6 +120,10 @@ class TrainingWorker:
         missing = [p for p in prompt_ids if p not in groups]
         if missing:
             raise RuntimeError(f"step {step}: no samples for prompts {missing[:3]}")
+        scored = {p: getattr(groups[p], "scores", None) for p in prompt_ids}   # the dock keeps no scores
+        if self.scored_by_generators and any(v is None for v in scored.values()):
+            raise RuntimeError(f"step {step}: algo.filter_groups / algo.overlong_buffer_len need the samples "
+                               "scored by the generation actors, and some groups came without scores")
         if self.channel is not None:   # into the dock, read back as MindSpeed-RL's trainer stage reads
             self.channel.put_groups([groups[p] for p in prompt_ids])
             groups = {g.prompt_id: g for g in self.channel.get_groups()}
@@ -119,14 +131,17 @@ class TrainingWorker:
         rows, rewards, scores = [], [], []
         for pid in prompt_ids:
             group = groups[pid]
-            for response, logprobs in zip(group.response_ids, group.logprobs):
-                text = strip_eos(self.tokenizer.decode(response.tolist(), skip_special_tokens=False),
-                                 self.tokenizer.eos_token)
-                score = self.task.score(self.prompts[base_prompt_id(pid)], text)
+            # Scored on the rollout side (dynamic sampling, overlong shaping), else here.
+            group_scores = scored[pid] or score_samples(
+                self.task.score, self.prompts[base_prompt_id(pid)],
+                [strip_eos(self.tokenizer.decode(r.tolist(), skip_special_tokens=False), self.tokenizer.eos_token)
+                 for r in group.response_ids], [len(r) for r in group.response_ids], {}, 0)
+            for response, logprobs, score in zip(group.response_ids, group.logprobs, group_scores):
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
                 scores.append(score)
-        advantages = group_advantages(rewards, [r[0] for r in rows], scale=self.scale_advantages)
+        advantages = group_advantages(rewards, [r[0] for r in rows], scale=self.scale_advantages,
+                                      eps=self.adv_eps, ddof=self.adv_ddof)
         batch = TrainBatch(
             prompt_ids=[r[1] for r in rows], response_ids=[r[2] for r in rows],
             extras={"advantages": advantages, "behaviour_logprobs": [r[3] for r in rows],
