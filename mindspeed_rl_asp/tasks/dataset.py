@@ -1,4 +1,7 @@
-"""``task=dataset``: prompts from a user's jsonl or parquet file, read with ``datasets``.
+"""``task=dataset``: prompts from a user's jsonl or parquet file, read with ``datasets``, or
+from a preprocessed (Megatron indexed) dataset: ``task.path`` a prefix with
+``<prefix>_packed_<field>_document.bin`` / ``.idx`` files (MindSpeed-RL's ``data_path``;
+tasks/megatron_data.py reads them, decoded to text with the model's tokenizer).
 
 Each row gives a prompt (``task.prompt_key``: a string, or a list of chat messages
 ``{"role", "content"}``), optionally a reference answer (``task.answer_key``), an id
@@ -23,13 +26,20 @@ FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 
 
-def read_rows(path: str, key: str = "task.path"):
-    """The rows of a jsonl / parquet file as a ``datasets.Dataset`` (one clear error if the
-    file is missing, empty, unreadable or has no rows)."""
+def read_rows(path: str, key: str = "task.path", tokenizer=None):
+    """The rows of a jsonl / parquet file as a ``datasets.Dataset``, or of a preprocessed
+    dataset prefix (decoded with ``tokenizer``), one clear error if the file is missing,
+    empty, unreadable or has no rows."""
+    from . import megatron_data
+
     file = Path(path)
     if not path:
         raise TaskError(f"{key} is empty: task=dataset reads its prompts from a .jsonl or .parquet file; "
                         f"set {key}=FILE")
+    if not file.is_file() and file.suffix.lower() not in FORMATS:
+        if not megatron_data.is_packed(path):
+            raise TaskError(megatron_data.missing_message(path, key))
+        return megatron_data.Rows(megatron_data.packed_rows(path, tokenizer, key))
     if not file.is_file():
         raise TaskError(f"{key}={path!r}: no such file")
     builder = FORMATS.get(file.suffix.lower())
@@ -100,7 +110,7 @@ def load_prompts(task_cfg, tokenizer, max_prompt_length: Optional[int], path: st
                  limit: int = 0, needs_answer: bool = False) -> tuple[list[TaskPrompt], list[str]]:
     """The prompts of the file at ``path`` (config key ``key``): ``(kept, skipped ids)``.
     ``limit > 0`` keeps the first ``limit`` rows that fit."""
-    rows = read_rows(path, key)
+    rows = read_rows(path, key, tokenizer)
     keys = {"task.prompt_key": task_cfg.prompt_key, "task.answer_key": task_cfg.answer_key,
             "task.id_key": task_cfg.id_key, "task.group_key": task_cfg.group_key,
             "task.reference_key": task_cfg.reference_key}
@@ -120,6 +130,8 @@ def load_prompts(task_cfg, tokenizer, max_prompt_length: Optional[int], path: st
         raise TaskError("task.chat_template=always, but the tokenizer at model.path has no chat template; "
                         "use task.chat_template=auto or never")
     use_template = has_template and mode != "never"
+    if isinstance(rows, list):   # a preprocessed dataset: its input_ids hold the prompt with the template applied
+        use_template = False
 
     prompts, texts, seen = [], [], {}
     for index, row in enumerate(rows):
