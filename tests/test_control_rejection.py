@@ -72,7 +72,7 @@ def test_a_rejected_group_gives_back_its_room_and_admission_and_more_is_dispatch
     core.on_generated(0, "m1/a", {"p2": SPREAD})
     [t] = core.poll()
     assert t == TrainStep(0, ("p1", "p2"), (0, 0))
-    assert core.snapshot().extra_minibatches == 1
+    assert core.snapshot().extra_minibatches == 0   # m1/a is planned work, pulled forward
 
 
 def test_only_queued_groups_can_be_rejected_and_a_refusal_changes_nothing():
@@ -114,6 +114,7 @@ def test_when_the_plan_runs_out_the_refill_extends_it():
     core.on_generated(1, "m1", {"p2": SPREAD, "p3": FLAT})
     [a] = core.poll()   # total_steps = 2 (4 prompts): admitted is 1, the plan is used up
     assert a == Generate(0, "r1.m0", ("r1.p0", "r1.p1"), 0) and core.refills == 1
+    assert core.snapshot().extra_minibatches == 1   # beyond the 4 prompts the 2 steps need
     ledger = core.ledger()
     assert ledger.rejected == {"p0", "p1", "p3"} and ledger.pending == {"r1.p2", "r1.p3"}
 
@@ -215,6 +216,7 @@ class RejectShell(Shell):
         arrived_flat = {p for p in self.rejected_seen if p not in led.running and p not in led.pending}
         assert led.rejected <= set(self.rejected_seen) and arrived_flat <= led.rejected | led.pending
         assert core.snapshot().rejected_prompts == len(led.rejected)
+        assert core.snapshot().extra_minibatches <= len(led.rejected)   # none without a rejection
         # I3 with rejections: what is admitted is what runs, is queued or was trained.
         assert core.staleness.admitted == len(led.running) + len(led.queued) + len(led.consumed)
 

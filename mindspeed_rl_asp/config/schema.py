@@ -352,7 +352,9 @@ class SimConfig:
     Response lengths come from the long-tailed length model (sim/workload.LengthModel,
     whose defaults these are; a test keeps them equal) or, with ``lengths_file``, from a
     recorded lengths file. ``predictor_spearman``: the rank quality of the length
-    predictor the planner sees (null: the true expected lengths). docs/simulator.md.
+    predictor the planner sees (null: the true expected lengths). ``solve_rate`` /
+    ``solve_concentration``: the simulated rewards dynamic sampling reads
+    (``sim/rewards.py``). docs/simulator.md.
     """
 
     lengths_file: Optional[str] = None
@@ -364,6 +366,10 @@ class SimConfig:
     prompt_length_sigma: float = 0.05
     min_prompt_length: int = 16
     predictor_spearman: Optional[float] = None
+    # Dynamic sampling (algo.filter_groups): each prompt's solve rate is drawn from a Beta
+    # of this mean and concentration, each sample is right with it (sim/rewards.py).
+    solve_rate: float = 0.5
+    solve_concentration: float = 1.0
     seed: int = 0
     # The figure of the paper a study row is compared with; set by the study, not by hand.
     study: str = ""

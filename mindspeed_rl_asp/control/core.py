@@ -289,7 +289,7 @@ class Snapshot:
     age_histogram: dict[int, int] = field(default_factory=dict)     # age -> prompt groups
     outstanding_by_version: dict[int, int] = field(default_factory=dict)
     rejected_prompts: int = 0       # groups rejected by filter_groups, in all
-    extra_minibatches: int = 0      # minibatches dispatched to make up for rejected groups, in all
+    extra_minibatches: int = 0      # minibatches a run without rejections never dispatches, in all
 
 
 @dataclass(frozen=True)
@@ -332,8 +332,8 @@ class ControlCore:
         self.refills = 0                           # passes appended by refill
         self._rejected: list[str] = []
         self._rejected_for_step = 0                # rejected since the last step started
-        self._owed = 0                             # rejected prompts not yet made up by new dispatch
-        self.extra_minibatches = 0
+        self._dispatched = 0                       # prompts dispatched (first dispatches only)
+        self.extra_minibatches = 0                 # dispatched after _dispatched reached every step's need
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -453,9 +453,9 @@ class ControlCore:
             self.dispatcher.assign(actor)
             self.queue.reserve(mb.size)
             self.staleness.dispatch(mb.size, version)
-            if not retry and self._owed:
-                self.extra_minibatches += 1
-                self._owed = max(0, self._owed - mb.size)
+            if not retry:   # beyond what a run without rejections dispatches: an extra one
+                self.extra_minibatches += self._dispatched >= self.total_steps * self.config.global_batch_size
+                self._dispatched += mb.size
             out.append(Generate(actor, mb.minibatch_id, mb.prompt_ids, version))
         return out
 
@@ -572,7 +572,6 @@ class ControlCore:
         for pid in ids:
             self.staleness.retract(1, queued[pid].version)
         self._rejected.extend(ids)
-        self._owed += len(ids)
         if self.staleness.consumed < self.total_steps * self.config.global_batch_size:
             self._rejected_for_step += len(ids)
 

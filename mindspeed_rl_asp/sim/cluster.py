@@ -56,8 +56,11 @@ class SimSetup:
 
 
 class SimCluster:
-    def __init__(self, setup: SimSetup, prompts: Mapping[str, PromptWorkload]) -> None:
+    def __init__(self, setup: SimSetup, prompts: Mapping[str, PromptWorkload], rewards=None) -> None:
+        """``rewards(action)``: a finished ``Generate``'s groups' rewards, for the core's
+        reject rule (dynamic sampling, ``sim/rewards.py``); None: none reported."""
         self.setup = setup
+        self.rewards = rewards
         self.prompts = prompts
         self.clock = 0.0
         self._heap: list[tuple[float, int, Action, object]] = []
@@ -65,6 +68,7 @@ class SimCluster:
         self._cancelled: set[int] = set()
         self._seq_of: dict[Action, int] = {}
         self.timings: dict[str, MinibatchTiming] = {}   # minibatch id -> its timing (bubbles)
+        self.dispatched_prompts = 0
 
     def now(self) -> float:
         return self.clock
@@ -83,6 +87,8 @@ class SimCluster:
             if seq in self._cancelled:
                 continue
             self.clock = end
+            if isinstance(action, Generate) and self.rewards is not None:
+                return Done(action, report, rewards=self.rewards(action))
             return Done(action, report)
         raise RuntimeError("next_event with nothing in flight")
 
@@ -107,6 +113,7 @@ class SimCluster:
             prompts, lengths = self._rows(action.prompt_ids)
             timing = minibatch_timing(s.instance, prompts, lengths)
             self.timings[action.minibatch_id] = timing
+            self.dispatched_prompts += len(action.prompt_ids)
             return timing.duration, MinibatchReport(action.minibatch_id, action.actor, action.version, start,
                                                     start + timing.duration, lengths)
         if isinstance(action, LoadWeights):

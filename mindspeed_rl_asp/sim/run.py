@@ -152,6 +152,7 @@ class SimResult:
     train_devices: int
     devices: int
     at_finish: dict = field(default_factory=dict)
+    dynamic_sampling: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -196,7 +197,7 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     epochs = epochs_needed(workload.num_prompts, cfg.steps, cfg.rl.global_batch_size)
     plan, minibatches = plan_minibatches(cfg, plan_items(workload, predicted), epochs)
     core = make_control_core(cfg, minibatches, setup.num_actors)
-    cluster = SimCluster(setup, {p.id: p for p in workload.prompts})
+    cluster = SimCluster(setup, {p.id: p for p in workload.prompts}, rewards=sim_rewards(cfg))
     stats = SimStats(setup.num_actors)
     recorder = None
     layout = cfg.layout
@@ -214,13 +215,33 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     finally:
         if recorder is not None:
             recorder.close()
-    result = _result(cfg, setup, workload, stats, cluster, outcome, devices, gen_devices)
+    result = _result(cfg, setup, workload, stats, cluster, outcome, devices, gen_devices, core)
     if run_dir is not None:
         (run_dir / "sim_result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     return result
 
 
-def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome, devices, gen_devices) -> SimResult:
+def sim_rewards(cfg):
+    """The simulated rewards the core's reject rule reads, with ``algo.filter_groups`` on."""
+    if cfg.algo.filter_groups == "none":
+        return None
+    from .rewards import reward_source
+
+    return reward_source(cfg.rl.n_samples_per_prompt, cfg.sim.solve_rate, cfg.sim.solve_concentration, cfg.sim.seed)
+
+
+def dynamic_sampling_result(cfg, core, cluster: SimCluster, outcome) -> dict:
+    """What dynamic sampling did: groups rejected, minibatches generated in all and to make
+    up for rejections, and the prompt ledger (dispatched = consumed + rejected + unused)."""
+    snap, finish = core.snapshot(), outcome.finish
+    return {"filter_groups": cfg.algo.filter_groups, "rejected_groups": snap.rejected_prompts,
+            "extra_minibatches": snap.extra_minibatches, "generated_minibatches": len(cluster.timings),
+            "dispatched_prompts": cluster.dispatched_prompts, "consumed_prompts": len(core.consumed_ids()),
+            "unused_prompts": len(finish.queued) + len(finish.running) if finish else 0}
+
+
+def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome, devices, gen_devices,
+            core) -> SimResult:
     ends = stats.step_end
     total = ends[-1] if ends else 0.0
     iterations = [b - a for a, b in zip([0.0] + ends[:-1], ends)]
@@ -248,7 +269,7 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         slot_bubble=_weighted(timings, "slot_bubble", lambda t: t.capacity * t.decode_steps, padded),
         tail_share=sum(t.tail_s for t in timings) / max(sum(t.duration for t in timings), 1e-12),
         num_actors=setup.num_actors, gen_devices=gen_devices, train_devices=setup.train_devices, devices=devices,
-        at_finish=outcome.summary())
+        at_finish=outcome.summary(), dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome))
 
 
 def _weighted(timings, attr: str, weight, total_weight: float) -> float:
