@@ -47,4 +47,5 @@ def test_dynamic_sampling_rejects_flat_groups_and_every_step_is_full(ray_cluster
     for m in metrics:
         assert m["samples"] == 16 and "overlong" in m["reward_components"]
         assert m["reward_components"]["overlong"] <= 0.0
+        assert m["informative_groups"] == 4    # only groups with a spread were trained
     assert len({base_prompt_id(p) for p in consumed}) <= summary["task"]["prompts"] == 8

@@ -140,6 +140,10 @@ class TrainingWorker:
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
                 scores.append(score)
+        by_group: dict[str, list[float]] = {}
+        for row, reward in zip(rows, rewards):
+            by_group.setdefault(row[0], []).append(reward)
+        informative = {pid for pid, values in by_group.items() if max(values) != min(values)}
         advantages = group_advantages(rewards, [r[0] for r in rows], scale=self.scale_advantages,
                                       eps=self.adv_eps, ddof=self.adv_ddof)
         batch = TrainBatch(
@@ -170,6 +174,10 @@ class TrainingWorker:
             "response_length_mean": sum(len(r[2]) for r in rows) / n,
             "samples": n,
             "response_tokens": sum(len(r[2]) for r in rows),
+            # Samples of groups whose rewards have a spread: the only ones with a GRPO signal
+            # (a flat group's advantages are all 0). Dynamic sampling trains on these only.
+            "informative_groups": len(informative),
+            "informative_response_tokens": sum(len(r[2]) for r in rows if r[0] in informative),
             # Per epoch: [correct (intact) samples, samples]. Every epoch replays the same
             # prompts, so these are comparable across epochs where single steps are not.
             "epoch_correctness": epoch_sums(rows, scores),

@@ -1,0 +1,90 @@
+"""Effective tokens/s with and without DAPO's dynamic sampling (``algo.filter_groups``).
+
+Not a test. Two real ``asp-train`` runs on the tiny maze task, same seed, prompts and
+steps: ``algo.filter_groups=none`` and ``std``. The tiny policy solves some small mazes
+every time and fails the bigger ones every time, so many groups are all-correct or
+all-wrong: their advantages are all 0 and they train nothing. Per run::
+
+    effective tokens/s = response tokens of the trained samples whose group's rewards have
+                         a spread (``informative_response_tokens``, metrics.jsonl)
+                         / the run's wall time (summary.json ``wall_time_s``)
+
+and beside it every generated token per second (rejected groups' generation included),
+the share of trained groups that carry a signal, and what filtering rejected. Prints a
+markdown table (pasted into docs/benchmarks.md)::
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_filter_groups.py --steps 6 --keep runs/bench_filter_groups
+    HF_HUB_OFFLINE=1 python benchmarks/bench_filter_groups.py --reuse runs/bench_filter_groups   # re-read
+
+Further arguments are config overrides for both runs (e.g. ``rl.n_samples_per_prompt=8``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_modes import run_one  # noqa: E402  (the runner every real-run benchmark shares)
+
+BASE = ["task.num_prompts=16", "rl.global_batch_size=4", "rl.mini_batch_size=4", "rl.n_samples_per_prompt=4",
+        "rl.micro_batch_size=8", "generate.sampling_config.max_tokens=64", "scheduler.base_batch_size=2",
+        "scheduler.group_size=2", "mode.queue_capacity=48", "eval.num_prompts=0", "scheduler=asp", "mode=async"]
+RUNS = [("filter_groups=none", ["algo.filter_groups=none"]), ("filter_groups=std", ["algo.filter_groups=std"])]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def figures(run_dir: Path) -> dict:
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    wall = summary["wall_time_s"]
+    generated = sum(s["info"]["tokens"] for s in read_jsonl(run_dir / "timeline.jsonl") if s["kind"] == "generate")
+    effective = sum(m["informative_response_tokens"] for m in metrics)
+    trained_groups = len(summary["consumed_prompt_ids"])
+    ds = summary.get("dynamic_sampling", {})
+    return {"steps": summary["steps"], "wall_s": wall, "effective_tokens": effective,
+            "effective_tokens_per_s": effective / wall, "generated_tokens_per_s": generated / wall,
+            "trained_tokens": sum(m["response_tokens"] for m in metrics),
+            "informative_share": sum(m["informative_groups"] for m in metrics) / trained_groups,
+            "rejected_groups": ds.get("rejected_groups", 0), "extra_minibatches": ds.get("extra_minibatches", 0),
+            "correctness": sum(m["correctness_rate"] for m in metrics) / len(metrics)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--keep", type=Path, help="keep the run directories here")
+    parser.add_argument("--reuse", type=Path, help="re-read the runs kept in this directory")
+    args, overrides = parser.parse_known_args()
+    root = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="bench_filter_groups_"))
+    rows = []
+    for tag, extra in RUNS:
+        run_dir = root / tag
+        if args.reuse is None:
+            run_dir = run_one([*BASE, f"steps={args.steps}", *extra, *overrides], root, tag)
+        rows.append((tag, figures(run_dir)))
+    print("| run | steps | wall s | effective tokens/s | generated tokens/s | trained groups with a signal "
+          "| rejected groups | extra minibatches | correctness |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tag, f in rows:
+        print(f"| {tag} | {f['steps']} | {f['wall_s']:.1f} | {f['effective_tokens_per_s']:.1f} | "
+              f"{f['generated_tokens_per_s']:.1f} | {f['informative_share']:.0%} | {f['rejected_groups']} | "
+              f"{f['extra_minibatches']} | {f['correctness']:.3f} |")
+    base, filt = rows[0][1], rows[1][1]
+    print(f"\neffective tokens/s, std / none: {filt['effective_tokens_per_s'] / base['effective_tokens_per_s']:.2f}x "
+          f"(effective tokens per step: {base['effective_tokens'] / base['steps']:.0f} vs "
+          f"{filt['effective_tokens'] / filt['steps']:.0f})")
+
+
+if __name__ == "__main__":
+    main()
