@@ -32,8 +32,8 @@ def paper_instance(model="qwen3_30b_a3b") -> Instance:
        growth=st.integers(0, 300), model=st.sampled_from(["qwen3_30b_a3b", "qwen3_32b"]))
 def test_closed_form_step_sum_equals_the_sum_of_steps(batch, steps, kv0, growth, model):
     inst = paper_instance(model)
-    direct = sum(decode_step_time(inst.model, inst.hardware, inst.engine, inst.devices, batch, kv0 + j * growth)
-                 for j in range(steps))
+    direct = sum(decode_step_time(inst.model, inst.hardware, inst.engine, inst.devices, batch, kv0 + j * growth,
+                                  inst.tp, inst.ep) for j in range(steps))
     assert decode_steps_time(inst, batch, steps, kv0, growth) == pytest.approx(direct, rel=1e-9, abs=1e-12)
 
 

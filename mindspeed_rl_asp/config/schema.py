@@ -130,6 +130,28 @@ class EngineConfig:
     decode_step_overhead_s: float = 0.0
     weight_sync_fixed_s: float = 0.0
     mode_switch_s: float = 0.0
+    # The first-principles decode step, weight sync and training (docs/simulator.md,
+    # "Decode step"): execution eager | graph | fitted (fitted: decode_step_overhead_s is
+    # a constant fitted to whole measured calls and the keys below are not read);
+    # per-operator launch (eager) or gap (graph) and per-running-sequence host time in
+    # microseconds; operators per block; seconds per weight tensor of a refresh and the
+    # links that send it; hybrid offload of the trainer's state; recompute; the share of
+    # the data-parallel gradient reduction hidden behind the backward.
+    execution: str = ""
+    op_launch_us: float = 0.0
+    graph_op_gap_us: float = 0.0
+    per_sequence_us: float = 0.0
+    ops_attention: int = 0
+    ops_dense_ffn: int = 0
+    ops_moe_ffn: int = 0
+    ops_tp_comm: int = 0
+    ops_ep_comm: int = 0
+    ops_step: int = 0
+    weight_sync_per_tensor_us: float = 0.0
+    weight_sync_senders: int = 0
+    hybrid_offload: Optional[bool] = None
+    recompute: str = ""
+    dp_comm_overlap: Optional[float] = None
     sources: Dict[str, str] = field(default_factory=dict)
 
 
@@ -152,6 +174,12 @@ class HardwareConfig:
     intra_node_bandwidth_gbs: float = 0.0
     inter_node_bandwidth_gbs: float = 0.0
     devices_per_node: int = 0
+    # Optional (null: absent; a run that needs one says so): per-device bandwidth to host
+    # memory (hybrid offload / onload) and the latency of a small collective inside a node
+    # and across nodes (communication per decode layer, gradient reduction).
+    host_link_bandwidth_gbs: Optional[float] = None
+    intra_node_latency_us: Optional[float] = None
+    inter_node_latency_us: Optional[float] = None
     sources: Dict[str, str] = field(default_factory=dict)
 
 

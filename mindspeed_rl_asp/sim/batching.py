@@ -31,23 +31,32 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..metrics.timeline import TAIL_SHARE  # "few sequences left": one definition for the sim and the runs
-from .costs import decode_compute_time, expected_distinct_experts, prefill_time
+from typing import Optional
+
+from .costs import Parallel, decode_step_parts, expected_distinct_experts, parallel_of, prefill_time
 from .profiles import EngineProfile, HardwareProfile, ModelProfile
 
 
 @dataclass(frozen=True)
 class Instance:
-    """One inference instance: a model replica on ``devices`` devices."""
+    """One inference instance: a model replica on ``devices`` devices, attention and
+    dense weights split ``tp`` ways and experts ``ep`` ways (None: over every device)."""
 
     model: ModelProfile
     hardware: HardwareProfile
     engine: EngineProfile
     devices: int
     kv_capacity_tokens: int
+    tp: Optional[int] = None
+    ep: Optional[int] = None
 
     @property
     def max_num_seqs(self) -> int:
         return self.engine.max_num_seqs
+
+    @property
+    def parallel(self) -> Parallel:
+        return parallel_of(self.model, self.devices, self.tp, self.ep)
 
 
 @dataclass(frozen=True)
@@ -64,27 +73,29 @@ def decode_steps_time(inst: Instance, batch: int, steps: int, kv_start: float, k
     """Seconds of ``steps`` decode steps of a constant ``batch`` whose cache holds
     ``kv_start + j * kv_growth`` tokens at step ``j``.
 
-    Step ``j`` costs ``overhead + max(a + c j, d)``: memory time ``a + c j`` (weights the
-    batch touches plus the cache, over the instance's effective bandwidth) against compute
-    time ``d``. The first ``j*`` steps are compute-bound (``a + c j < d``), the rest
-    memory-bound, so the sum is ``steps x overhead + j* x d + sum of the linear part``.
+    Step ``j`` costs ``constant + max(a + c j, d)`` (``costs.decode_step_parts``): memory
+    time ``a + c j`` (the busiest device's weights and experts plus its share of the
+    cache, over its effective bandwidth) against the floor ``d`` (compute, or an eager
+    engine's launches). The first ``j*`` steps sit on the floor (``a + c j < d``), the
+    rest are memory-bound, so the sum is ``steps x constant + j* x d + the linear part``.
     """
     if steps <= 0:
         return 0.0
     model, hw = inst.model, inst.hardware
-    bandwidth = inst.devices * hw.hbm_bandwidth * hw.inference_bandwidth_efficiency
+    par = inst.parallel
+    bandwidth = hw.hbm_bandwidth * hw.inference_bandwidth_efficiency
     experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
-    weights = model.dense_weight_bytes + model.num_layers * experts * model.expert_bytes
-    a = (weights + kv_start * model.kv_bytes_per_token) / bandwidth
-    c = kv_growth * model.kv_bytes_per_token / bandwidth
-    d = decode_compute_time(model, hw, inst.devices, batch)
+    weights = model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.ep
+    a = (weights + kv_start * model.kv_bytes_per_token / par.devices) / bandwidth
+    c = kv_growth * model.kv_bytes_per_token / par.devices / bandwidth
+    constant, d = decode_step_parts(model, hw, inst.engine, par, batch)
     if c <= 0.0:
         compute_steps = steps if a < d else 0
     else:
         compute_steps = min(steps, max(0, math.ceil((d - a) / c)))
     n, k = steps, compute_steps
     linear = (n - k) * a + c * (n * (n - 1) - k * (k - 1)) / 2.0
-    return n * inst.engine.decode_step_overhead + k * d + linear
+    return n * constant + k * d + linear
 
 
 def _prefill(inst: Instance, tokens: int) -> float:

@@ -48,8 +48,10 @@ class SimSetup:
     colocated: bool
     extra_forwards: int          # no-grad passes per step besides the update (old, reference log-probs)
     publish_s: float             # trainer side of a refresh (export, reshard, convert)
-    load_bandwidth: float        # bytes/s into one instance (all its devices' links)
+    load_bandwidth: float        # bytes/s into one instance (its links, capped by the sender's)
     switch_s: float              # colocated: one train <-> generate switch
+    recompute: bool = False      # training recomputes activations (one more forward)
+    grad_sync_s: float = 0.0     # exposed data-parallel gradient reduction per step
 
     def load_s(self) -> float:
         return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
@@ -122,8 +124,10 @@ class SimCluster:
         if isinstance(action, TrainStep):
             prompts, lengths = self._rows(action.prompt_ids)
             tokens = sum(prompts) + sum(lengths)
-            duration = training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
-                                     s.extra_forwards) + (s.switch_s if s.colocated else 0.0)
+            squares = sum((p + r) ** 2 for p, r in zip(prompts, lengths))   # attention: sum of L^2
+            duration = (training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
+                                      s.extra_forwards, squares, s.recompute)
+                        + s.grad_sync_s + (s.switch_s if s.colocated else 0.0))
             ages = {}
             n = len(lengths) // max(len(action.prompt_ids), 1)
             for v in action.versions:

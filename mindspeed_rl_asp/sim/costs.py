@@ -6,14 +6,45 @@ that does them, both derated by the efficiency the hardware profile cites. The f
 are in the docstrings; the numbers are in the profiles (mindspeed_rl_asp/sim/profiles.py),
 each with its source. Standard library only.
 
-An instance is ``devices`` devices serving one model replica (tensor and expert
-parallel); its weights, KV cache, bandwidth and FLOP/s are spread evenly over them.
+An instance is ``devices`` devices serving one model replica: attention and the dense
+weights split over ``tp`` tensor-parallel devices (``devices / tp`` data-parallel
+attention groups each hold a copy), the experts over ``ep`` devices; its KV cache,
+bandwidth and FLOP/s are spread evenly over the devices. ``tp`` and ``ep`` default to
+``devices`` (everything sharded), the simulator's instances pass the model's
+``infer_tensor_parallel_size`` / ``infer_expert_parallel_size``.
 """
 from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+
 from .profiles import GIB, EngineProfile, HardwareProfile, ModelProfile, ProfileError
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How one inference instance splits the model: ``devices`` in all, ``tp`` tensor
+    parallel (attention and dense weights), ``ep`` expert parallel (1 for a dense model),
+    ``dp = devices / tp`` data-parallel attention groups, each running ``batch / dp``
+    of the sequences."""
+
+    devices: int
+    tp: int
+    ep: int
+
+    @property
+    def dp(self) -> int:
+        return max(1, self.devices // self.tp)
+
+
+def parallel_of(model: ModelProfile, devices: int, tp: int | None = None, ep: int | None = None) -> Parallel:
+    _require(devices >= 1, "devices", devices, ">= 1")
+    tp = devices if tp is None else tp
+    ep = (devices if ep is None else ep) if model.is_moe else 1
+    _require(1 <= tp <= devices and devices % tp == 0, "tp", tp, f"a divisor of devices={devices}")
+    _require(1 <= ep <= devices, "ep", ep, f"in [1, devices={devices}]")
+    return Parallel(devices, tp, ep)
 
 
 def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: int) -> float:
@@ -51,12 +82,25 @@ def decode_bytes_read(model: ModelProfile, batch: int, kv_tokens: int) -> float:
             + kv_tokens * model.kv_bytes_per_token)
 
 
+def decode_device_bytes(model: ModelProfile, par: Parallel, batch: int, kv_tokens: float) -> float:
+    """Bytes one device of the instance reads in a decode step: its share of the dense
+    weights (``1 / tp``: data-parallel attention groups each read their own copy), its
+    share of the experts the batch hits (``1 / ep``), and its share of the cache
+    (``1 / devices``). With ``tp = ep = devices`` this is ``decode_bytes_read / devices``."""
+    _require(batch >= 1, "batch", batch, ">= 1")
+    experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
+    return (model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.ep
+            + kv_tokens * model.kv_bytes_per_token / par.devices)
+
+
 def decode_memory_time(model: ModelProfile, hardware: HardwareProfile, devices: int, batch: int,
-                       kv_tokens: int) -> float:
-    """``bytes_read / (devices x HBM bandwidth x bandwidth efficiency)``."""
-    _require(devices >= 1, "devices", devices, ">= 1")
-    bandwidth = devices * hardware.hbm_bandwidth * hardware.inference_bandwidth_efficiency
-    return decode_bytes_read(model, batch, kv_tokens) / bandwidth
+                       kv_tokens: int, tp: int | None = None, ep: int | None = None) -> float:
+    """The busiest device's bytes over its effective bandwidth (``HBM bw x bandwidth
+    efficiency``): ``bytes_read / (devices x bw x eff)`` when everything is sharded."""
+    _require(kv_tokens >= 0, "kv_tokens", kv_tokens, ">= 0")
+    par = parallel_of(model, devices, tp, ep)
+    bandwidth = hardware.hbm_bandwidth * hardware.inference_bandwidth_efficiency
+    return decode_device_bytes(model, par, batch, kv_tokens) / bandwidth
 
 
 def decode_compute_time(model: ModelProfile, hardware: HardwareProfile, devices: int, batch: int) -> float:
@@ -70,20 +114,103 @@ def decode_compute_time(model: ModelProfile, hardware: HardwareProfile, devices:
     return 2.0 * model.matmul_params * batch / compute
 
 
+def operators_per_step(model: ModelProfile, engine: EngineProfile, par: Parallel) -> int:
+    """Operators one decode step launches on each device: per layer an attention block,
+    a dense or MoE FFN, the tensor-parallel all-reduces when ``tp > 1`` and the
+    expert-parallel dispatch / combine when ``ep > 1``; plus those outside the layers
+    (embedding, final norm, LM head, sampler). The counts are the engine's
+    (``engine.ops_*``, each with its source)."""
+    ffn = engine.ops_moe_ffn if model.is_moe else engine.ops_dense_ffn
+    comm = (engine.ops_tp_comm if par.tp > 1 else 0) + (engine.ops_ep_comm if model.is_moe and par.ep > 1 else 0)
+    return model.num_layers * (engine.ops_attention + ffn + comm) + engine.ops_step
+
+
+def _link(hardware: HardwareProfile, devices: int) -> tuple[float, float]:
+    """(bandwidth per device, small-collective latency) of a group of ``devices``: inside
+    a node when it fits one, across nodes otherwise."""
+    if devices <= hardware.devices_per_node:
+        return hardware.intra_node_bandwidth, hardware.intra_node_latency
+    return hardware.inter_node_bandwidth, hardware.inter_node_latency
+
+
+def allreduce_time(bytes_per_device: float, devices: int, bandwidth: float, latency: float) -> float:
+    """Ring all-reduce, alpha-beta: ``latency + 2 (d - 1) / d x bytes / bandwidth``; 0 on
+    one device. ``latency`` is a measured small-message collective (it already holds the
+    algorithm's steps), ``bandwidth`` a device's link."""
+    if devices <= 1:
+        return 0.0
+    return latency + 2.0 * (devices - 1) / devices * bytes_per_device / bandwidth
+
+
+def alltoall_time(bytes_per_device: float, devices: int, bandwidth: float, latency: float) -> float:
+    """All-to-all, alpha-beta: each device keeps ``1 / d`` of what it sends and moves the
+    rest over its link, ``latency + (d - 1) / d x bytes / bandwidth``; 0 on one device."""
+    if devices <= 1:
+        return 0.0
+    return latency + (devices - 1) / devices * bytes_per_device / bandwidth
+
+
+def decode_comm_time(model: ModelProfile, hardware: HardwareProfile, par: Parallel, batch: int) -> float:
+    """Seconds of a decode step's communication on the critical path, summed over layers:
+    two tensor-parallel all-reduces of the hidden states (after attention and after the
+    FFN) of a data-parallel group's ``batch / dp`` tokens, and for MoE with ``ep > 1`` an
+    all-to-all dispatch and combine of each token's hidden state to its ``k`` experts."""
+    tokens = batch / par.dp
+    hidden_bytes = tokens * model.hidden_size * model.dtype_bytes
+    per_layer = 0.0
+    if par.tp > 1:
+        bandwidth, latency = _link(hardware, par.tp)
+        per_layer += 2 * allreduce_time(hidden_bytes, par.tp, bandwidth, latency)
+    if model.is_moe and par.ep > 1:
+        bandwidth, latency = _link(hardware, par.ep)
+        per_layer += 2 * alltoall_time(hidden_bytes * model.num_experts_per_tok, par.ep, bandwidth, latency)
+    return model.num_layers * per_layer
+
+
+def decode_step_parts(model: ModelProfile, hardware: HardwareProfile, engine: EngineProfile, par: Parallel,
+                      batch: int) -> tuple[float, float]:
+    """``(constant, floor)`` of a decode step of ``batch`` sequences: the step costs
+    ``constant + max(memory time, floor)``, where the memory time is the only part that
+    depends on the cache (:func:`decode_memory_time`). By the engine's execution:
+
+    - fitted: ``constant = overhead``, ``floor = compute``;
+    - graph: ``constant = overhead + per_sequence x b / dp + comm + ops x gap``,
+      ``floor = compute`` (the device runs the kernels, the collectives and the gaps one
+      after another; the host launches one graph);
+    - eager: the host launches ``ops`` operators while the device runs them, so the
+      step is the slower of the two: ``max(ops x launch, kernels + comm)`` =
+      ``comm + max(kernels, ops x launch - comm)``; ``constant = overhead + per_sequence
+      x b / dp + comm``, ``floor = max(compute, ops x launch - comm)``.
+
+    ``overhead`` (``engine.decode_step_overhead``) is the host's fixed work per step
+    (scheduling, input preparation); ``per_sequence`` its work per running sequence
+    (sampling, bookkeeping, detokenising), each data-parallel group doing its share.
+    """
+    compute = decode_compute_time(model, hardware, par.devices, batch)
+    if not engine.first_principles:
+        return engine.decode_step_overhead, compute
+    comm = decode_comm_time(model, hardware, par, batch)
+    host = engine.decode_step_overhead + engine.per_sequence * batch / par.dp
+    ops = operators_per_step(model, engine, par)
+    if engine.execution == "graph":
+        return host + comm + ops * engine.graph_op_gap, compute
+    return host + comm, max(compute, ops * engine.op_launch - comm)
+
+
 def decode_step_time(model: ModelProfile, hardware: HardwareProfile, engine: EngineProfile, devices: int,
-                     batch: int, kv_tokens: int) -> float:
+                     batch: int, kv_tokens: int, tp: int | None = None, ep: int | None = None) -> float:
     """Seconds of one decode step of ``batch`` running sequences holding ``kv_tokens``.
 
-    ``overhead + max(bytes_read / (devices x HBM bw x eff), 2 x active x b / (devices x
-    peak x eff))``: the engine's per-step cost outside the kernels (scheduling, sampling,
-    launches) plus a roofline of the step's kernels. Small batches stream the weights
+    ``constant + max(memory, floor)`` (:func:`decode_step_parts`): the memory time is the
+    busiest device's weights, experts and cache over its bandwidth; the compute time
+    ``2 x active x b / (devices x peak x eff)``. Small batches stream the weights
     (memory-bound, time nearly flat in ``batch``); past the crossover
-    (:func:`decode_crossover_batch`) the matmuls dominate and time grows linearly.
+    (:func:`decode_crossover_batch`) the matmuls dominate and time grows linearly; an
+    eager engine is host-bound below the batch where its kernels outlast its launches.
     """
-    return engine.decode_step_overhead + max(
-        decode_memory_time(model, hardware, devices, batch, kv_tokens),
-        decode_compute_time(model, hardware, devices, batch),
-    )
+    par = parallel_of(model, devices, tp, ep)
+    constant, floor = decode_step_parts(model, hardware, engine, par, batch)
+    return constant + max(decode_memory_time(model, hardware, devices, batch, kv_tokens, tp, ep), floor)
 
 
 def decode_crossover_batch(model: ModelProfile, hardware: HardwareProfile, devices: int,
@@ -160,21 +287,59 @@ def kv_capacity_tokens(model: ModelProfile, hardware: HardwareProfile, engine: E
     return capacity
 
 
-def training_time(model: ModelProfile, hardware: HardwareProfile, devices: int, trained_tokens: int,
-                  extra_forwards: int = 0) -> float:
-    """Seconds of the training work on ``trained_tokens`` tokens (prompt + response).
-
-    ``(6 + 2 x extra_forwards) x matmul params x tokens / (devices x peak x MFU)``: a
-    forward (2 FLOPs per weight per token) and a backward (4) for the update, plus one
-    no-grad forward (2) for each extra pass over the same tokens: the old-policy
-    log-probs and, with a KL term, the reference-policy log-probs. MFU is the measured
-    share of peak a training step reaches, so communication and bubbles are inside it.
-    """
-    _require(devices >= 1, "devices", devices, ">= 1")
+def training_flops(model: ModelProfile, trained_tokens: int, extra_forwards: int = 0, sum_squared_lengths: float = 0.0,
+                   recompute: bool = False) -> float:
+    """FLOPs of a training step: ``passes x (2 x matmul params x tokens + attention)``
+    with ``passes`` forwards' worth of work: 3 for the update (forward 1, backward 2),
+    1 per extra no-grad pass (old-policy, reference log-probs), 1 more with full
+    recompute; attention is ``model.attention_flops_coefficient x sum of L^2`` over the
+    step's sequences (each of ``L`` prompt + response tokens)."""
     _require(trained_tokens >= 0, "trained_tokens", trained_tokens, ">= 0")
     _require(extra_forwards >= 0, "extra_forwards", extra_forwards, ">= 0")
-    flops = (6 + 2 * extra_forwards) * model.matmul_params * trained_tokens
+    _require(sum_squared_lengths >= 0, "sum_squared_lengths", sum_squared_lengths, ">= 0")
+    passes = 3 + extra_forwards + (1 if recompute else 0)
+    forward = 2.0 * model.matmul_params * trained_tokens + model.attention_flops_coefficient * sum_squared_lengths
+    return passes * forward
+
+
+def training_time(model: ModelProfile, hardware: HardwareProfile, devices: int, trained_tokens: int,
+                  extra_forwards: int = 0, sum_squared_lengths: float = 0.0, recompute: bool = False) -> float:
+    """Seconds of the training compute on ``trained_tokens`` tokens (prompt + response):
+    :func:`training_flops` over ``devices x peak x MFU``. Without ``sum_squared_lengths``
+    (attention) and recompute this is ``(6 + 2 x extra) x matmul params x tokens / (devices
+    x peak x MFU)``. The MFU is the kernels' share of peak; the data-parallel gradient
+    reduction is priced apart (:func:`gradient_sync_time`)."""
+    _require(devices >= 1, "devices", devices, ">= 1")
+    flops = training_flops(model, trained_tokens, extra_forwards, sum_squared_lengths, recompute)
     return flops / (devices * hardware.peak_flops * hardware.training_mfu)
+
+
+def gradient_sync_time(model: ModelProfile, hardware: HardwareProfile, devices: int, tp: int, pp: int, ep: int,
+                       overlap: float) -> float:
+    """Exposed seconds of a step's data-parallel gradient reduction: an all-reduce
+    (reduce-scatter + all-gather with a distributed optimizer: the same bytes) of one
+    device's gradients (``model.train_params_per_device`` in the model dtype) over the
+    ``devices / (tp x pp)`` data-parallel ranks, across nodes when the group spans them,
+    of which ``1 - overlap`` is not hidden behind the backward. 0 without data
+    parallelism."""
+    _require(0.0 <= overlap <= 1.0, "overlap", overlap, "in [0, 1]")
+    dp = devices // max(tp * pp, 1)
+    if dp <= 1:
+        return 0.0
+    grad_bytes = model.train_params_per_device(tp, pp, ep) * model.dtype_bytes
+    bandwidth, latency = _link(hardware, devices)
+    return (1.0 - overlap) * allreduce_time(grad_bytes, dp, bandwidth, latency)
+
+
+def offload_bytes_per_device(model: ModelProfile, devices: int, tp: int, pp: int, ep: int) -> float:
+    """Bytes of training state one device moves to host memory (and back) at a hybrid
+    switch, MindSpeed-RL's ``offload_train_param / grad / optimizer``: bf16 parameters
+    (2 bytes) and fp32 main gradients (4) of its model-parallel share, and the
+    distributed optimizer's fp32 master weights, Adam's two moments (12 bytes) split
+    further over the data-parallel ranks."""
+    share = model.train_params_per_device(tp, pp, ep)
+    dp = max(1, devices // max(tp * pp, 1))
+    return share * (model.dtype_bytes + 4) + share * 12 / dp
 
 
 def weight_transfer_time(weight_bytes: float, bandwidth: float, fixed_cost: float) -> float:
@@ -186,18 +351,22 @@ def weight_transfer_time(weight_bytes: float, bandwidth: float, fixed_cost: floa
     return fixed_cost + weight_bytes / bandwidth
 
 
-def weight_sync_time(model: ModelProfile, hardware: HardwareProfile, engine: EngineProfile, devices: int,
-                     cross_node: bool = True) -> float:
-    """Seconds to refresh one instance of ``devices`` devices with a new weight version.
+def publish_time(model: ModelProfile, engine: EngineProfile) -> float:
+    """Seconds the trainer spends on a refresh before the bytes move: the engine's fixed
+    cost plus ``weight_sync_per_tensor x model.num_tensors`` (every tensor gathered from
+    its shards, resharded to the inference layout, converted and handed over one by one)."""
+    return engine.weight_sync_fixed + engine.weight_sync_per_tensor * model.num_tensors
 
-    Each device receives its shard over its own link, so the instance's bandwidth is
-    ``devices x`` the per-device inter-node bandwidth (trainer and instance on different
-    nodes, the async layouts) or intra-node bandwidth (``cross_node=False``), and the
-    engine adds its fixed reshard/convert cost (:func:`weight_transfer_time`).
-    """
-    _require(devices >= 1, "devices", devices, ">= 1")
-    link = hardware.inter_node_bandwidth if cross_node else hardware.intra_node_bandwidth
-    return weight_transfer_time(model.weight_bytes, devices * link, engine.weight_sync_fixed)
+
+def load_bandwidth(hardware: HardwareProfile, engine: EngineProfile, devices: int, link: float,
+                   concurrent: int = 1) -> float:
+    """Bytes/s into one instance of ``devices`` devices: its own links (``devices x link``),
+    capped by the sender's when the engine sends from ``weight_sync_senders`` links shared
+    by ``concurrent`` instances loading at once (rank 0 sending to every actor in turn)."""
+    own = devices * link
+    if engine.weight_sync_senders <= 0:
+        return own
+    return min(own, engine.weight_sync_senders * link / max(concurrent, 1))
 
 
 def _require(ok: bool, name: str, value, condition: str) -> None:

@@ -25,6 +25,13 @@ TERA = 10**12
 # Bytes per element of the dtype names the configs use (``model.dtype``).
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 BATCHING_STYLES = ("continuous", "static")
+# How an engine runs a decode step's operators (docs/simulator.md, "Decode step"):
+# eager: the host launches every operator (the step is the slower of the host's launches
+# and the device's kernels); graph: one captured graph replays them (a small gap per
+# operator on the device); fitted: the per-step cost outside the roofline is one constant
+# fitted to whole measured calls (cpu_local / hf), dispatch and per-sequence work inside it.
+EXECUTION_MODES = ("eager", "graph", "fitted")
+RECOMPUTE_MODES = ("none", "full")
 
 _MISSING = object()
 
@@ -148,6 +155,28 @@ class ModelProfile:
         return self.params_per_expert * self.dtype_bytes
 
     @cached_property
+    def num_tensors(self) -> int:
+        """Weight tensors of the Hugging Face layout (what a refresh converts and loads one
+        by one): per layer q, k, v, o, q_norm, k_norm and two RMSNorms, plus the dense MLP's
+        gate, up and down or the MoE router and gate, up and down of every expert; then the
+        embedding, the final norm and an untied LM head."""
+        ffn = 1 + 3 * self.num_experts if self.is_moe else 3
+        return self.num_layers * (8 + ffn) + 2 + (0 if self.tie_word_embeddings else 1)
+
+    @cached_property
+    def attention_flops_coefficient(self) -> int:
+        """Forward attention FLOPs of one sequence of ``L`` tokens are this x ``L^2``:
+        ``QK^T`` and ``AV`` are ``2 x 2 x q_heads x head_dim`` FLOPs per (query, key) pair
+        and layer, and causal masking keeps half of the ``L^2`` pairs."""
+        return 2 * self.num_layers * self.num_attention_heads * self.head_dim
+
+    def train_params_per_device(self, tp: int, pp: int, ep: int) -> float:
+        """Parameters one training device holds: the dense part split over TP x PP, the
+        experts over TP x PP x EP (MindSpeed's ``moe_tp_extend_ep``: experts are sharded over
+        the tensor- and expert-parallel groups together)."""
+        return self.dense_params / (tp * pp) + self.expert_params / (tp * pp * max(ep, 1))
+
+    @cached_property
     def kv_bytes_per_token(self) -> int:
         """Key and value of every layer, cached in the model dtype:
         2 x layers x kv_heads x head_dim x bytes."""
@@ -250,6 +279,10 @@ class HardwareProfile:
     inter_node_bandwidth: float            # bytes/s per device to other nodes
     devices_per_node: int
     sources: Mapping[str, str] = field(default_factory=dict)
+    # 0: not in the profile; a cost model that needs one says so (require_hardware).
+    host_link_bandwidth: float = 0.0       # bytes/s per device to host memory (offload / onload)
+    intra_node_latency: float = 0.0        # seconds of a small collective inside a node
+    inter_node_latency: float = 0.0        # seconds of a small collective across nodes
 
 
 # config key -> (profile field, unit factor)
@@ -265,6 +298,13 @@ HARDWARE_NUMBERS = {
     "devices_per_node": ("devices_per_node", 1),
 }
 _FRACTIONS = ("inference_bandwidth_efficiency", "inference_compute_efficiency", "training_mfu")
+# Numbers only some cost models use: optional in a file, but positive and sourced when
+# present, and one error naming the key when a run needs one that is absent.
+HARDWARE_OPTIONAL = {
+    "host_link_bandwidth_gbs": ("host_link_bandwidth", GB),
+    "intra_node_latency_us": ("intra_node_latency", 1e-6),
+    "inter_node_latency_us": ("inter_node_latency", 1e-6),
+}
 
 
 def hardware_profile_from_config(hardware: Any, prefix: str = "hardware") -> HardwareProfile:
@@ -283,8 +323,25 @@ def hardware_profile_from_config(hardware: Any, prefix: str = "hardware") -> Har
                             f"or override {prefix}.{key}=...")
         _require_source(problems, sources, key, prefix, fix_file)
         values[attr] = int(value) if key == "devices_per_node" else float(value) * factor
+    for key, (attr, factor) in HARDWARE_OPTIONAL.items():
+        raw = _lookup(hardware, key, None)
+        if raw is None or raw is _MISSING:
+            continue
+        value = _positive_number(problems, hardware, key, prefix, fix_file)
+        if value is not None:
+            _require_source(problems, sources, key, prefix, fix_file)
+            values[attr] = float(value) * factor
     _raise(problems, f"hardware profile {name!r}", None)
     return HardwareProfile(name=name, sources=sources, **values)
+
+
+def require_hardware(hardware: HardwareProfile, keys_why: Mapping[str, str]) -> None:
+    """One :class:`ProfileError` naming every optional hardware key a run needs but the
+    profile lacks (``{config key: what needs it}``)."""
+    problems = [f"hardware.{key} is missing: {why} needs it; add it with its source to "
+                f"configs/hardware/{hardware.name}.yaml or override hardware.{key}=..."
+                for key, why in keys_why.items() if not getattr(hardware, HARDWARE_OPTIONAL[key][0])]
+    _raise(problems, f"hardware profile {hardware.name!r}", None)
 
 
 # -------------------------------------------------------------------------- engine
@@ -304,8 +361,29 @@ class EngineProfile:
     max_num_seqs: int
     kv_memory_fraction: float     # gpu_memory_utilization: share of device memory for weights + KV
     weight_sync_fixed: float      # seconds per weight refresh besides the transfer (reshard, convert)
-    mode_switch: float            # seconds per train <-> generate switch in hybrid mode (offload/onload)
+    mode_switch: float            # seconds per train <-> generate switch in hybrid mode besides moving bytes
     sources: Mapping[str, str] = field(default_factory=dict)
+    # The first-principles step and sync model (execution eager | graph); "fitted" leaves
+    # every field below at its default and prices a step with decode_step_overhead alone.
+    execution: str = "fitted"
+    op_launch: float = 0.0        # eager: host seconds to launch one operator
+    graph_op_gap: float = 0.0     # graph: device seconds between two operators of a replayed graph
+    per_sequence: float = 0.0     # host seconds per running sequence per step (sampling, scheduling, detokenising)
+    ops_attention: int = 0        # operators of one attention block (norms, projections, RoPE, cache write, attention)
+    ops_dense_ffn: int = 0        # operators of one dense SwiGLU FFN
+    ops_moe_ffn: int = 0          # operators of one MoE FFN (router, top-k, permute, grouped GEMMs, unpermute)
+    ops_tp_comm: int = 0          # collectives per layer with tensor parallelism (all-reduces)
+    ops_ep_comm: int = 0          # collectives per MoE layer with expert parallelism (dispatch, combine)
+    ops_step: int = 0             # operators per step outside the layers (embedding, final norm, LM head, sampler)
+    weight_sync_per_tensor: float = 0.0   # seconds per weight tensor of a refresh (gather, reshard, convert, load)
+    weight_sync_senders: int = 0  # device links that send a version to the instances (0: each instance's own links)
+    hybrid_offload: bool = False  # hybrid: the trainer's params, grads and optimizer state leave the device
+    recompute: str = "none"       # training activation recompute: none | full (one more forward)
+    dp_comm_overlap: float = 0.0  # share of the data-parallel gradient reduction hidden behind the backward
+
+    @property
+    def first_principles(self) -> bool:
+        return self.execution in ("eager", "graph")
 
 
 ENGINE_NUMBERS = {
@@ -338,8 +416,65 @@ def engine_profile_from_config(engine: Any, prefix: str = "engine") -> EnginePro
             problems.append(f"{prefix}.{key}={value} must be <= 1: fix {fix_file} or override {prefix}.{key}=...")
         _require_source(problems, sources, key, prefix, fix_file)
         values[attr] = int(value) if key == "max_num_seqs" else float(value)
+    execution = _lookup(engine, "execution")
+    if execution not in EXECUTION_MODES:
+        problems.append(f"{prefix}.execution={'missing' if execution is _MISSING else repr(execution)} is not one "
+                        f"of {', '.join(EXECUTION_MODES)}: fix {fix_file} or override {prefix}.execution=...")
+    else:
+        _require_source(problems, sources, "execution", prefix, fix_file)
+        values["execution"] = execution
+        if execution in ("eager", "graph"):
+            values.update(_first_principles_numbers(problems, engine, sources, prefix, fix_file))
     _raise(problems, f"engine profile {name!r}", None)
     return EngineProfile(name=name, batching=batching, sources=sources, **values)
+
+
+# config key -> (profile field, kind): the keys an eager or graph engine profile must give.
+ENGINE_FIRST_PRINCIPLES = {
+    "op_launch_us": ("op_launch", "us"), "graph_op_gap_us": ("graph_op_gap", "us"),
+    "per_sequence_us": ("per_sequence", "us"),
+    "ops_attention": ("ops_attention", "int"), "ops_dense_ffn": ("ops_dense_ffn", "int"),
+    "ops_moe_ffn": ("ops_moe_ffn", "int"), "ops_tp_comm": ("ops_tp_comm", "int"),
+    "ops_ep_comm": ("ops_ep_comm", "int"), "ops_step": ("ops_step", "int"),
+    "weight_sync_per_tensor_us": ("weight_sync_per_tensor", "us"),
+    "weight_sync_senders": ("weight_sync_senders", "int"),
+}
+
+
+def _first_principles_numbers(problems, engine, sources, prefix, fix_file) -> dict:
+    values: dict[str, Any] = {}
+    for key, (attr, kind) in ENGINE_FIRST_PRINCIPLES.items():
+        value = _positive_number(problems, engine, key, prefix, fix_file)
+        if value is None:
+            continue
+        if kind == "int" and value != int(value):
+            problems.append(f"{prefix}.{key}={value} must be a whole number: fix {fix_file}")
+            continue
+        _require_source(problems, sources, key, prefix, fix_file)
+        values[attr] = int(value) if kind == "int" else float(value) * 1e-6
+    recompute = _lookup(engine, "recompute")
+    if recompute not in RECOMPUTE_MODES:
+        problems.append(f"{prefix}.recompute={'missing' if recompute is _MISSING else repr(recompute)} is not one of "
+                        f"{', '.join(RECOMPUTE_MODES)}: fix {fix_file} or override {prefix}.recompute=...")
+    else:
+        _require_source(problems, sources, "recompute", prefix, fix_file)
+        values["recompute"] = recompute
+    for key, attr in (("hybrid_offload", "hybrid_offload"),):
+        flag = _lookup(engine, key)
+        if not isinstance(flag, bool):
+            problems.append(f"{prefix}.{key}={'missing' if flag is _MISSING else repr(flag)} must be true or false: "
+                            f"fix {fix_file} or override {prefix}.{key}=...")
+        else:
+            _require_source(problems, sources, key, prefix, fix_file)
+            values[attr] = flag
+    overlap = _lookup(engine, "dp_comm_overlap")
+    if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
+        problems.append(f"{prefix}.dp_comm_overlap={'missing' if overlap is _MISSING else repr(overlap)} must be a "
+                        f"share in [0, 1]: fix {fix_file} or override {prefix}.dp_comm_overlap=...")
+    else:
+        _require_source(problems, sources, "dp_comm_overlap", prefix, fix_file)
+        values["dp_comm_overlap"] = float(overlap)
+    return values
 
 
 # ------------------------------------------------------------------------- helpers

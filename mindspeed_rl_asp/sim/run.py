@@ -20,8 +20,10 @@ from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocat
 from ..control.loop import Done, Fanout, Observer, drive
 from .batching import Instance, full_batch_token_rate
 from .cluster import SimCluster, SimSetup
-from .costs import kv_capacity_tokens, training_time
-from .profiles import engine_profile_from_config, hardware_profile_from_config, model_profile_from_config
+from .costs import (gradient_sync_time, kv_capacity_tokens, load_bandwidth, offload_bytes_per_device, publish_time,
+                    training_time)
+from .profiles import (engine_profile_from_config, hardware_profile_from_config, model_profile_from_config,
+                       require_hardware)
 from .workload import LengthModel, Workload, plan_items, predict_lengths, replay_workload, sample_workload
 
 
@@ -36,18 +38,67 @@ def setup_from_config(cfg) -> SimSetup:
     layout = cfg.layout
     devices = layout.infer_instance_size
     sequence = cfg.rl.max_prompt_length + cfg.generate.sampling_config.max_tokens
+    tp, ep = inference_parallel(cfg, devices, model.is_moe)
     instance = Instance(model, hardware, engine, devices,
-                        kv_capacity_tokens(model, hardware, engine, devices, sequence))
+                        kv_capacity_tokens(model, hardware, engine, devices, sequence), tp, ep)
     colocated = is_colocated(cfg.mode)
     placement = plan_placement(layout, cfg.mode.name)
     all_devices = layout.nodes * layout.devices_per_node
     link = hardware.intra_node_bandwidth if colocated else hardware.inter_node_bandwidth
-    # Old log-probs (the proximal policy) always; reference log-probs with a KL term.
-    extra = 1 + (cfg.algo.kl_coef > 0)
-    return SimSetup(instance=instance, num_actors=len(placement.generators),
-                    train_devices=trainer_devices(cfg, all_devices, colocated),
-                    colocated=colocated, extra_forwards=extra, publish_s=engine.weight_sync_fixed,
-                    load_bandwidth=devices * link, switch_s=engine.mode_switch)
+    train_devices = trainer_devices(cfg, all_devices, colocated)
+    needs = {}
+    if engine.first_principles and (instance.parallel.tp > 1 or (model.is_moe and instance.parallel.ep > 1)):
+        needs["intra_node_latency_us" if devices <= hardware.devices_per_node else "inter_node_latency_us"] = \
+            "communication per decode layer (tensor / expert parallel instances)"
+    train_tp, train_pp, train_ep = _train_parallel(cfg, train_devices)
+    if engine.first_principles and train_devices // (train_tp * train_pp) > 1:
+        needs["intra_node_latency_us" if train_devices <= hardware.devices_per_node else "inter_node_latency_us"] = \
+            "the data-parallel gradient reduction"
+    switch = engine.mode_switch
+    if colocated and engine.hybrid_offload:
+        needs["host_link_bandwidth_gbs"] = "hybrid offload / onload of the trainer's state"
+    require_hardware(hardware, needs)
+    if colocated and engine.hybrid_offload:
+        switch += offload_bytes_per_device(model, train_devices, train_tp, train_pp, train_ep) / hardware.host_link_bandwidth
+    grad_sync = (gradient_sync_time(model, hardware, train_devices, train_tp, train_pp, train_ep, engine.dp_comm_overlap)
+                 if engine.first_principles else 0.0)
+    return SimSetup(instance=instance, num_actors=len(placement.generators), train_devices=train_devices,
+                    colocated=colocated, extra_forwards=extra_forwards(cfg, colocated), publish_s=publish_time(model, engine),
+                    load_bandwidth=load_bandwidth(hardware, engine, devices, link), switch_s=switch,
+                    recompute=engine.recompute == "full", grad_sync_s=grad_sync)
+
+
+def extra_forwards(cfg, colocated: bool) -> int:
+    """No-grad passes per step besides the update. MindSpeed-RL's hybrid loop (engine=
+    mindspeed, colocated) runs the reference forward every iteration, kl_coef or not
+    (trainer/grpo_trainer_hybrid.py: ``compute_ref_log_prob`` unconditionally), and skips
+    the old-policy forward when a step is one on-policy minibatch (its
+    ``skip_actor_log_prob``: global batch x n == mini batch, one epoch). Otherwise: the old
+    (proximal) log-probs always, the reference ones with a KL term."""
+    if colocated and cfg.engine.name == "mindspeed":
+        return 1 + (cfg.rl.mini_batch_size != cfg.rl.global_batch_size)
+    return 1 + (cfg.algo.kl_coef > 0)
+
+
+def inference_parallel(cfg, devices: int, is_moe: bool) -> tuple[int, int]:
+    """(tp, ep) of an inference instance from ``model.infer_*_parallel_size``; a size that
+    does not divide the instance (or 0) falls back to the whole instance."""
+    tp = int(cfg.model.infer_tensor_parallel_size or 0)
+    ep = int(cfg.model.infer_expert_parallel_size or 0) if is_moe else 1
+    tp = tp if 0 < tp <= devices and devices % tp == 0 else devices
+    ep = ep if 0 < ep <= devices else devices
+    return tp, (ep if is_moe else 1)
+
+
+def _train_parallel(cfg, train_devices: int) -> tuple[int, int, int]:
+    """(tp, pp, ep) of the trainer: the model's Megatron sizes for the mindspeed trainer
+    (when they divide its devices), one device's worth for the hf trainer."""
+    m = cfg.model
+    tp, pp, ep = (int(m.tensor_model_parallel_size or 1), int(m.pipeline_model_parallel_size or 1),
+                  int(m.expert_model_parallel_size or 1))
+    if cfg.engine.name != "mindspeed" or train_devices % (tp * pp):
+        return train_devices, 1, 1
+    return tp, pp, ep
 
 
 def trainer_devices(cfg, all_devices: int, colocated: bool) -> int:
@@ -174,8 +225,10 @@ def lower_bounds(cfg, setup: SimSetup, workload: Workload) -> tuple[float, float
     rate = setup.num_actors * full_batch_token_rate(setup.instance, mean_prompt, mean_response)
     generation = samples * mean_response / rate
     inst = setup.instance
+    mean_square = sum((p.prompt_length + r) ** 2 for p in prompts for r in p.response_lengths) / workload.num_samples
     training = training_time(inst.model, inst.hardware, setup.train_devices,
-                             round(samples * (mean_prompt + mean_response)), setup.extra_forwards) + setup.publish_s
+                             round(samples * (mean_prompt + mean_response)), setup.extra_forwards,
+                             samples * mean_square, setup.recompute) + setup.grad_sync_s + setup.publish_s
     if setup.colocated:
         return generation + training + 2 * setup.switch_s + setup.load_s(), generation, training
     return max(generation, training), generation, training
