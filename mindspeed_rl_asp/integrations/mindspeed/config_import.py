@@ -4,21 +4,26 @@ MindSpeed-RL describes a job in four sections, ``megatron_training`` (data, toke
 batch, checkpoints), ``actor_config`` (the Megatron actor: parallelism, optimizer),
 ``rl_config`` (GRPO: samples per prompt, minibatches, KL, rewards, resources) and
 ``generate_config`` (vLLM: inference parallelism, sampling), plus a ``defaults: - model:
-NAME`` group read from ``model/NAME.yaml`` beside the file. :func:`import_job` maps every
-key this project can honour to an override, lists the keys it ignores with the reason
-(fusion and kernel flags, logging, Megatron checkpoint plumbing: they change speed or
-bookkeeping, never the algorithm), and refuses, with one :class:`MindSpeedImportError`
-naming the key and the fix, a key whose meaning it cannot honour, an unknown section or
-key, a resource count that does not fit the layout, or a missing model group.
+NAME`` group read from ``model/NAME.yaml`` beside the file, and optionally
+``profiler_config`` / ``msprobe_config``. :func:`import_job` maps every key this project
+can honour to an override, lists the keys it ignores or passes through with the reason
+(fusion and kernel flags, logging, Megatron checkpoint plumbing, expert load balancing:
+they change speed or bookkeeping, never the algorithm; keys of MindSpeed-RL's own actor
+with engine=mindspeed), and refuses, with one :class:`MindSpeedImportError` naming the key
+and the fix, a key whose meaning it cannot honour, an unknown section or key, parallel
+sizes no layout of the job's NPUs holds, or a missing model group.
 
 The T/G split is new. MindSpeed-RL colocates actor, reference and rollout on all
 ``rl_config.actor_resource.num_npus`` NPUs; ASP puts training and generation on
-different nodes. The layout is the user's ``layout=NAME`` override when given (its NPUs
-must equal num_npus), otherwise :func:`choose_layout`'s stated rule over the shipped
-layouts. ``asp-plan-layout`` with the same overrides searches a better split.
+different nodes. The layout is the user's ``layout=NAME`` when given (its devices must
+equal num_npus), otherwise it is made from num_npus and ``layout.devices_per_node``
+(default 8) by config/layouts.plan_layout's stated rule: the most even T/G split that
+holds the job's Megatron replica (TP x PP x CP, EP) and whole inference instances (an
+instance larger than a node takes whole G nodes), else mode=hybrid. ``asp-plan-layout``
+with the same overrides searches a better split.
 
 Conventions checked against MindSpeed-RL's source (config_cls/rl_config.py and the
-advantage, KL and loss functions its trainer calls):
+advantage, KL, reward and loss functions its trainer calls):
 
 * ``rl_config.mini_batch_size`` is written in prompts; RLConfig multiplies it by
   ``n_samples_per_prompt`` after reading it, so its internal value counts samples. This
@@ -28,10 +33,17 @@ advantage, KL and loss functions its trainer calls):
 * ``kl_penalty``: ``kl`` is logp - ref (our k1), ``mse`` is (logp - ref)^2 / 2 (k2),
   ``low_var_kl`` is exp(ref - logp) - (ref - logp) - 1 (k3; MindSpeed-RL also clamps the
   result to [-10, 10], ours does not, which only matters for a KL above 10 per token).
-* ``adv_estimator: group_norm`` is (r - mean) / (std + eps) per prompt group:
-  ``algo.scale_advantages=true``. The GRPO loss is a masked mean over every token of the
-  batch: ``algo.loss_agg=token_mean`` (DAPO's ``token_level_loss: false`` is the mean of
-  per-sequence means: ``seq_mean_token_mean``).
+* ``adv_estimator: group_norm`` is (r - mean) / (std + 1e-6) per prompt group with the
+  sample std (torch's ``std``, ddof=1; trainer/utils/compute_utils.py):
+  ``algo.scale_advantages=true algo.adv_std=sample algo.adv_eps=1e-6``. The GRPO loss is a
+  masked mean over every token of the batch: ``algo.loss_agg=token_mean`` (DAPO's
+  ``token_level_loss: false`` is the mean of per-sequence means: ``seq_mean_token_mean``).
+* DAPO: ``filter_groups_enable`` keeps a prompt group only if its
+  ``filter_groups_metric`` reward has a non-zero std and generates more until
+  ``filter_groups_train_batch_size`` groups are kept (``algo.filter_groups=std``, the
+  step is ``rl.global_batch_size`` = that many groups); ``overlong_buffer_enable`` adds
+  min(-min(len - (max - buffer), buffer) / buffer x factor, 0) to the reward
+  (models/rule_verifier.py): ``algo.overlong_buffer_len``, ``algo.overlong_penalty_factor``.
 * ``sampling_config.top_k: -1`` is vLLM's "no top-k", our ``top_k=0``.
 
 Pure: plain dicts in, a frozen result out. :func:`import_file` is the thin shell that
@@ -45,17 +57,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from ...config.layouts import LayoutRefused, Parallel, plan_layout
 from ...config.validate import ConfigError
 
 SECTIONS = ("defaults", "megatron_training", "actor_config", "rl_config", "generate_config")
-# Sections that only profile or debug a run: ignored whole.
-IGNORED_SECTIONS = {
+# Sections that only profile or debug a run: the import maps nothing from them; with
+# engine=mindspeed, MindSpeed-RL's own assembly reads them from the job YAML
+# (engine.mindspeed_config), as its cli/train_grpo.py does (ProfilerConfig, MsprobeConfig).
+PASSED_SECTIONS = {
     "profiler_config": "profiling (this project's timeline.jsonl records every actor's spans)",
     "msprobe_config": "MindStudio precision probes (debugging only)",
 }
 GRPO_STAGES = ("ray_grpo", "ray_dapo")
 # Layout node counts are this project's; the files live in configs/layout/.
 LAYOUT_GROUP = "layout"
+# MindSpeed-RL's group_norm: (r - mean) / (std + 1e-6), torch's std (ddof=1); its
+# trainer/utils/compute_utils.compute_group_norm_advantage_return.
+MINDSPEED_ADV_EPS = 1e-6
+DEFAULT_DEVICES_PER_NODE = 8     # an Atlas 800T A2 / 910B node (configs/layout/ascend910b3_*.yaml)
+NPU_ACCELERATOR = "Ascend 910B3"
 
 
 class MindSpeedImportError(ConfigError):
@@ -71,7 +91,9 @@ class Ignored:
 
 @dataclass(frozen=True)
 class LayoutMapping:
-    """How the colocated MindSpeed-RL job maps onto one of this project's layouts."""
+    """How the colocated MindSpeed-RL job maps onto this project's layout: a shipped file
+    (``file``) or one made from the NPU count (``file`` None: every layout key is an
+    override)."""
 
     name: str
     rule: str                 # why this layout
@@ -83,6 +105,8 @@ class LayoutMapping:
     gen_nodes: int
     infer_instance_size: int
     hybrid: bool = False
+    file: Optional[str] = None
+    accelerator: str = NPU_ACCELERATOR
 
     @property
     def train_devices(self) -> int:
@@ -96,6 +120,17 @@ class LayoutMapping:
     def instances(self) -> int:
         return self.gen_devices // self.infer_instance_size
 
+    def overrides(self) -> dict[str, Any]:
+        """The layout (and mode) overrides: the file's name, or every key of the layout."""
+        keys: dict[str, Any] = {"layout": self.file} if self.file else {
+            "layout.name": self.name, "layout.device_type": self.device_type, "layout.accelerator": self.accelerator,
+            "layout.nodes": self.nodes, "layout.devices_per_node": self.devices_per_node,
+            "layout.train_nodes": self.train_nodes, "layout.gen_nodes": self.gen_nodes}
+        keys["layout.infer_instance_size"] = self.infer_instance_size
+        if self.hybrid:
+            keys["mode"] = "hybrid"
+        return keys
+
 
 @dataclass(frozen=True)
 class ImportResult:
@@ -108,20 +143,22 @@ class ImportResult:
 
     def describe_layout(self) -> str:
         lay, p = self.layout, self.parallel
-        tp, pp, ep = p.get("tp", 1), p.get("pp", 1), p.get("ep", 1)
+        tp, pp, ep, cp = p.get("tp", 1), p.get("pp", 1), p.get("ep", 1), p.get("cp", 1)
         itp, ipp, iep = p.get("itp", 1), p.get("ipp", 1), p.get("iep", 1)
-        model_parallel = tp * pp
-        dp = lay.train_devices // model_parallel if model_parallel and lay.train_devices % model_parallel == 0 else 0
+        replica = tp * pp * cp
+        dp = lay.train_devices // replica if replica and lay.train_devices % replica == 0 else 0
+        megatron = f"Megatron TP {tp} x PP {pp}" + (f" x CP {cp}" if cp > 1 else "") + f", EP {ep}" + (
+            f", data-parallel {dp}" if dp else "")
+        span = lay.infer_instance_size // lay.devices_per_node
+        instance = (f"{lay.instances} inference instance(s) of {lay.infer_instance_size}"
+                    + (f" ({span} whole nodes each)" if span > 1 else "") + f" (infer TP {itp} x PP {ipp}, EP {iep})")
         if lay.hybrid:
-            split = (f"mode=hybrid: every one of the {lay.num_npus} NPUs trains and generates in turn, "
-                     "as MindSpeed-RL does")
+            split = (f"mode=hybrid: every one of the {lay.num_npus} NPUs trains ({megatron}) and generates "
+                     f"({instance}) in turn, as MindSpeed-RL does")
         else:
             split = (f"T = {lay.train_nodes} node(s) x {lay.devices_per_node} = {lay.train_devices} {lay.device_type} "
-                     f"device(s) train (Megatron TP {tp} x PP {pp}, EP {ep}"
-                     + (f", data-parallel {dp}" if dp else "") + "), "
-                     f"G = {lay.gen_nodes} node(s) x {lay.devices_per_node} = {lay.gen_devices} device(s) generate "
-                     f"as {lay.instances} inference instance(s) of {lay.infer_instance_size} "
-                     f"(infer TP {itp} x PP {ipp}, EP {iep})")
+                     f"device(s) train ({megatron}), G = {lay.gen_nodes} node(s) x {lay.devices_per_node} = "
+                     f"{lay.gen_devices} device(s) generate as {instance}")
         return "\n".join([
             f"layout {lay.name}: {lay.rule}",
             f"  MindSpeed-RL colocates actor, reference and rollout on all {lay.num_npus} devices "
@@ -136,8 +173,9 @@ class ImportResult:
     def describe(self) -> str:
         lines = [f"# {len(self.overrides)} override(s) from {self.source or 'the MindSpeed-RL job'}:"]
         lines += [f"  {o}" for o in self.overrides]
-        lines.append(f"# {len(self.ignored)} key(s) ignored: no override needed (each with why: speed or bookkeeping "
-                     "only, what this project does anyway, or applied by MindSpeed-RL's own actor):")
+        lines.append(f"# {len(self.ignored)} key(s) ignored or passed through: no override needed (each with why: "
+                     "speed or bookkeeping only, what this project does anyway, or applied by MindSpeed-RL's own "
+                     "actor):")
         lines += [f"  {i.key}: {i.reason}" for i in self.ignored]
         lines.append(self.describe_layout())
         return "\n".join(lines)
@@ -161,6 +199,10 @@ class _Builder:
         self.values: dict[str, Any] = {}
         self.ignored: list[Ignored] = []
         self.seen: dict[str, Any] = {}     # "section.key" -> value, for cross-key rules
+
+    @property
+    def actor(self) -> bool:
+        return self.engine == "mindspeed"
 
     def set(self, target: str, value: Any) -> None:
         self.values[target] = value
@@ -208,6 +250,8 @@ def ignore(reason: str) -> Handler:
 
 ACTOR_HONOURS = ("with engine=mindspeed MindSpeed-RL's own Megatron actor trains from this YAML "
                  "(engine.mindspeed_config) and applies it")
+PASSED_THROUGH = ("passed through: with engine=mindspeed MindSpeed-RL's own actor is built from this YAML "
+                  "(engine.mindspeed_config) and applies it")
 
 
 def only(accepted: Sequence[Any], why: str, fix: str, reason: str, actor: bool = False) -> Handler:
@@ -216,13 +260,24 @@ def only(accepted: Sequence[Any], why: str, fix: str, reason: str, actor: bool =
     of MindSpeed-RL's actor (optimizer, schedule, loss), which engine=mindspeed honours
     whatever its value."""
     def handle(b: _Builder, key: str, value: Any) -> None:
-        if actor and b.engine == "mindspeed":
+        if actor and b.actor:
             b.ignore(key, f"{value!r}: {ACTOR_HONOURS}")
             return
         if not any(_same(value, a) for a in accepted):
             raise refuse(key, value, why, fix + " (or train with engine=mindspeed, whose MindSpeed-RL actor "
                          "honours it)" if actor else fix)
         b.ignore(key, reason)
+    return handle
+
+
+def actor_only(why: str, fix: str) -> Handler:
+    """A key only MindSpeed-RL's own actor can honour (LoRA, no-op layers, its Megatron
+    checkpoint): passed through with engine=mindspeed, refused (``why``, ``fix``) otherwise."""
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        if not b.actor:
+            raise refuse(key, value, f"{why} (engine={b.engine})", f"{fix}, or train with engine=mindspeed, "
+                         "whose MindSpeed-RL actor applies it")
+        b.ignore(key, f"{value!r}: {PASSED_THROUGH}")
     return handle
 
 
@@ -248,6 +303,19 @@ def unhonoured(why: str, fix: str) -> Handler:
     return handle
 
 
+def adam(target: str) -> Handler:
+    """An AdamW beta: MindSpeed-RL's actor takes it with engine=mindspeed; this project's
+    trainer (train.adam_beta1/2) with the hf engine."""
+    mapped = to(target, float)
+
+    def handle(b: _Builder, key: str, value: Any) -> None:
+        if b.actor:
+            b.ignore(key, f"{value!r}: {ACTOR_HONOURS}")
+        else:
+            mapped(b, key, value)
+    return handle
+
+
 SPEED = "a fused kernel or memory/speed switch of Megatron / MindSpeed; no effect on the algorithm"
 CHECKPOINT = "Megatron checkpoint plumbing; this project loads the Hugging Face checkpoint at model.path and saves into run_dir"
 LOGGING = "logging; this project writes metrics.jsonl and TensorBoard into run_dir"
@@ -257,17 +325,12 @@ COLOCATION = ("offloading between the colocated train and generate phases; in AS
               "nothing is swapped (mode=hybrid swaps by phase)")
 ARCHITECTURE = "architecture detail; the checkpoint's config.json at model.path is what the model is built from"
 DATA_ORDER = "data order; ASP's planner orders the prompts (scheduler=asp|fifo|sorted)"
-def adam(target: str) -> Handler:
-    """An AdamW beta: MindSpeed-RL's actor takes it with engine=mindspeed; this project's
-    trainer (train.adam_beta1/2) with the hf engine."""
-    mapped = to(target, float)
-
-    def handle(b: _Builder, key: str, value: Any) -> None:
-        if b.engine == "mindspeed":
-            b.ignore(key, f"{value!r}: {ACTOR_HONOURS}")
-        else:
-            mapped(b, key, value)
-    return handle
+EPLB = ("expert load balancing (EPLB): where vLLM places the MoE experts and its token counts; speed only, the "
+        "model and its outputs are the same")
+LORA = actor_only("LoRA adapters are not supported by this project's trainer", "train full weights (delete the "
+                  "lora_* keys)")
+MEGATRON_LOAD = actor_only("a Megatron checkpoint, which this project's trainer cannot read (it loads the Hugging "
+                           "Face checkpoint at tokenizer_name_or_path)", "delete load")
 
 
 MEGATRON_KEYS: dict[str, Handler] = {
@@ -288,7 +351,7 @@ MEGATRON_KEYS: dict[str, Handler] = {
                   "from task.eval_path)", "the whole file trains (held-out prompts: task.eval_path)"),
     "no_shuffle": ignore(DATA_ORDER),
     "full_shuffle_instruction_dataset": ignore(DATA_ORDER),
-    "dataset_additional_keys": ignore("preprocessed-dataset columns; task=dataset reads task.answer_key"),
+    "dataset_additional_keys": note,
     "bf16": note,
     "tensor_model_parallel_size": positive("model.tensor_model_parallel_size"),
     "pipeline_model_parallel_size": positive("model.pipeline_model_parallel_size"),
@@ -302,7 +365,7 @@ MEGATRON_KEYS: dict[str, Handler] = {
     "attention_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
     "hidden_dropout": only([0.0], "dropout is off in RL training here", "set it to 0.0", "no dropout", True),
     "init_method_std": ignore("initialisation of new weights; the policy is loaded, never initialised"),
-    "load": ignore(CHECKPOINT), "save": ignore(CHECKPOINT), "finetune": ignore(CHECKPOINT),
+    "load": MEGATRON_LOAD, "save": ignore(CHECKPOINT), "finetune": ignore(CHECKPOINT),
     "no_load_optim": ignore(CHECKPOINT), "no_load_rng": ignore(CHECKPOINT),
     "no_save_optim": ignore(CHECKPOINT + " (save_every checkpoints always hold the optimizer and RNG)"),
     "no_save_rng": ignore(CHECKPOINT + " (save_every checkpoints always hold the optimizer and RNG)"),
@@ -321,8 +384,7 @@ MEGATRON_KEYS: dict[str, Handler] = {
         "gemm_gradient_accumulation_fusion", "overlap_grad_reduce", "reuse_fp32_param", "swap_attention",
         "swap_optimizer", "recompute_granularity", "recompute_method", "recompute_num_layers", "shape_order",
         "initial_loss_scale", "moe_tp_extend_ep", "context_parallel_algo", "num_layer_list")},
-    **{k: unhonoured("LoRA is not supported by this project's trainer", "train full weights (delete the lora_* keys)")
-       for k in ("lora_r", "lora_alpha", "lora_fusion", "lora_target_modules", "lora_ckpt_filter")},
+    **{k: LORA for k in ("lora_r", "lora_alpha", "lora_fusion", "lora_target_modules", "lora_ckpt_filter")},
 }
 
 # actor_config overrides megatron_training key by key, as in MindSpeed-RL.
@@ -330,10 +392,12 @@ ACTOR_KEYS: dict[str, Handler] = {
     **MEGATRON_KEYS,
     "expert_model_parallel_size": positive("model.expert_model_parallel_size"),
     "context_parallel_size": positive("model.context_parallel_size"),
-    "noop_layers": unhonoured("no-op padding layers change the model this project loads",
+    # No-op layers pad a layer count so that pipeline stages are even (Megatron's noop_layers):
+    # MindSpeed-RL's actor builds them; this project's trainer loads the checkpoint's own layers.
+    "noop_layers": actor_only("no-op padding layers change the model this project's trainer loads",
                               "delete noop_layers and num_layers and use the checkpoint's own layers"),
-    "num_layers": unhonoured("a layer count other than the checkpoint's changes the model",
-                             "delete it: the checkpoint's config.json gives the layers"),
+    "num_layers": actor_only("a layer count other than the checkpoint's changes the model this project's "
+                             "trainer loads", "delete it: the checkpoint's config.json gives the layers"),
 }
 
 RL_KEYS: dict[str, Handler] = {
@@ -378,17 +442,10 @@ RL_KEYS: dict[str, Handler] = {
     "wandb_project": ignore(LOGGING), "wandb_exp_name": ignore(LOGGING), "wandb_save_dir": ignore(LOGGING),
     "use_swanlab": ignore(LOGGING), "swanlab_mode": ignore(LOGGING), "swanlab_project": ignore(LOGGING),
     "swanlab_exp_name": ignore(LOGGING), "swanlab_save_dir": ignore(LOGGING),
-    "filter_groups_enable": only([False], "DAPO's dynamic sampling (drop groups with equal rewards, sample more) "
-                                 "is not implemented", "set filter_groups_enable: false",
-                                 "no dynamic sampling"),
-    "filter_groups_metric": ignore("dynamic sampling is off"),
-    "filter_groups_max_batches": ignore("dynamic sampling is off"),
-    "filter_groups_train_batch_size": ignore("dynamic sampling is off"),
-    "overlong_buffer_enable": only([False], "DAPO's overlong-response penalty is not implemented",
-                                   "set overlong_buffer_enable: false", "no overlong penalty"),
-    "overlong_buffer": ignore("the overlong penalty is off"),
-    "overlong_buffer_penalty_factor": ignore("the overlong penalty is off"),
-    "rollout_max_tokens": ignore("the overlong penalty is off; responses are bounded by sampling_config.max_tokens"),
+    # DAPO (rl_config.py): read together by _dapo_rules.
+    **{k: note for k in ("filter_groups_enable", "filter_groups_metric", "filter_groups_max_batches",
+                         "filter_groups_train_batch_size", "overlong_buffer_enable", "overlong_buffer",
+                         "overlong_buffer_penalty_factor", "rollout_max_tokens")},
     "multi_turn_enable": only([False], "multi-turn tool use is not implemented", "set multi_turn_enable: false",
                               "single-turn"),
     **{k: ignore(SPEED) for k in (
@@ -406,7 +463,7 @@ RL_KEYS: dict[str, Handler] = {
     **{k: unhonoured("multi-turn tool use is not implemented", "delete the key")
        for k in ("tool_config_path", "max_tool_calls", "max_parallel_calls", "max_total_response_length",
                  "max_tool_response_length", "tool_response_truncate_side", "tool_parser_format")},
-    "share_backbone": unhonoured("LoRA is not supported by this project's trainer", "delete the key"),
+    "share_backbone": LORA,
 }
 
 SAMPLING_KEYS: dict[str, Handler] = {
@@ -416,7 +473,7 @@ SAMPLING_KEYS: dict[str, Handler] = {
     "top_k": to("generate.sampling_config.top_k", int, lambda k: 0 if k < 0 else k),
     "logprobs": only([0, 1], "the engines return only the sampled token's log-prob", "set logprobs: 1",
                      "the sampled token's log-prob is always returned"),
-    "min_p": only([0.0], "min_p filtering is not implemented", "set min_p: 0.0", "no min_p filter"),
+    "min_p": to("generate.sampling_config.min_p", float),
     "detokenize": ignore("rewards decode the tokens themselves"),
     "seed": ignore("sampling seeds derive from the run's seed (megatron_training.seed)"),
 }
@@ -439,8 +496,7 @@ GENERATE_KEYS: dict[str, Handler] = {
     "num_scheduler_steps": ignore(SPEED),
     "offload_train_optimizer": ignore(COLOCATION), "offload_train_grad": ignore(COLOCATION),
     "offload_train_param": ignore(COLOCATION),
-    "expert_map_path": unhonoured("expert load balancing (EPLB) maps are not supported",
-                                  "delete expert_map_path"),
+    "expert_map_path": ignore(EPLB), "eplb_token_collects": ignore(EPLB), "eplb_token_save_path": ignore(EPLB),
 }
 
 SECTION_KEYS = {"megatron_training": MEGATRON_KEYS, "actor_config": ACTOR_KEYS, "rl_config": RL_KEYS,
@@ -526,56 +582,6 @@ def _model_overrides(b: _Builder, name: str, group: Optional[Mapping[str, Any]])
     b.set("model.family", "qwen3_moe" if moe else "qwen3" if body.get("qk_layernorm") else "qwen2")
 
 
-def choose_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], hybrid: bool = False,
-                  requested: Optional[str] = None) -> LayoutMapping:
-    """The layout for a job of ``num_npus`` NPUs.
-
-    ``requested`` (the user's ``layout=NAME``): that layout; its devices (T + G nodes x
-    devices per node; hybrid: every node) must equal ``num_npus``. Otherwise the rule is:
-    among the shipped ``npu`` layouts (not ``*_hybrid`` unless ``hybrid``) whose devices
-    equal ``num_npus``, the most even T/G split (smallest |T - G|), then more T nodes,
-    then the name. No match: refused, listing the NPU counts the shipped layouts have.
-    """
-    def devices(lay: Mapping[str, Any]) -> int:
-        used = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
-        return used * lay["devices_per_node"]
-
-    def mapping(name: str, lay: Mapping[str, Any], rule: str) -> LayoutMapping:
-        nodes = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
-        return LayoutMapping(name, rule, num_npus, lay["device_type"], nodes, lay["devices_per_node"],
-                             lay["train_nodes"], lay["gen_nodes"], lay["infer_instance_size"], hybrid)
-
-    key = "rl_config.actor_resource.num_npus"
-    if requested is not None:
-        if requested not in layouts:
-            raise MindSpeedImportError(f"layout={requested}: no such layout; choose one of {', '.join(sorted(layouts))}")
-        lay = layouts[requested]
-        if devices(lay) != num_npus:
-            used = "nodes" if hybrid else "train_nodes + gen_nodes"
-            raise MindSpeedImportError(
-                f"MindSpeed-RL key {key}={num_npus} does not match layout {requested}, which uses {devices(lay)} "
-                f"devices (({used}) x devices_per_node); set {key}: {devices(lay)} or choose a layout of "
-                f"{num_npus} devices")
-        return mapping(requested, lay, f"the layout you chose ({devices(lay)} devices = num_npus)")
-    candidates = [(name, lay) for name, lay in layouts.items() if lay.get("device_type") == "npu"
-                  and name.endswith("_hybrid") == hybrid and devices(lay) == num_npus]
-    if not candidates:
-        sizes = sorted({devices(lay) for name, lay in layouts.items() if lay.get("device_type") == "npu"
-                        and name.endswith("_hybrid") == hybrid})
-        other = sorted(name for name, lay in layouts.items() if lay.get("device_type") != "npu"
-                       and name.endswith("_hybrid") == hybrid and devices(lay) == num_npus)
-        hint = f" ({', '.join(f'layout={n}' for n in other)} has {num_npus} non-NPU devices)" if other else ""
-        raise MindSpeedImportError(
-            f"MindSpeed-RL key {key}={num_npus}: no shipped {'hybrid' if hybrid else 'T/G'} NPU layout has "
-            f"{num_npus} NPUs (they have {', '.join(map(str, sizes))}); pass layout=NAME for a layout of "
-            f"{num_npus} devices{hint} (write one in configs/layout/ for your cluster) or set {key} to one of those")
-    name, lay = min(candidates, key=lambda c: (abs(c[1]["train_nodes"] - c[1]["gen_nodes"]), -c[1]["train_nodes"],
-                                                c[0]))
-    rule = (f"chosen by the rule: of the shipped NPU layouts with {num_npus} NPUs "
-            f"({', '.join(sorted(n for n, _ in candidates))}), the most even T/G split")
-    return mapping(name, lay, rule)
-
-
 def _user_choice(user_overrides: Sequence[str], key: str) -> Optional[str]:
     found = None
     for o in user_overrides:
@@ -585,16 +591,152 @@ def _user_choice(user_overrides: Sequence[str], key: str) -> Optional[str]:
     return found
 
 
+def _user_int(user_overrides: Sequence[str], key: str) -> Optional[int]:
+    value = _user_choice(user_overrides, key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise MindSpeedImportError(f"{key}={value!r}: expected a whole number") from None
+
+
+# ---------------------------------------------------------------------------------------
+# The layout: a shipped file the user names, or one made from the NPU count.
+# ---------------------------------------------------------------------------------------
+
+def _parallel(values: Mapping[str, Any]) -> Parallel:
+    """What a layout must hold, from the imported model.* keys (with MindSpeed-RL's names)."""
+    return Parallel(
+        tp=values.get("model.tensor_model_parallel_size", 1), pp=values.get("model.pipeline_model_parallel_size", 1),
+        cp=values.get("model.context_parallel_size", 1), ep=values.get("model.expert_model_parallel_size", 1),
+        instance=values.get("layout.infer_instance_size", 1),
+        keys="actor_config.tensor_model_parallel_size x pipeline_model_parallel_size x context_parallel_size",
+        ep_key="actor_config.expert_model_parallel_size",
+        instance_key="generate_config.infer_pipeline_parallel_size x max(infer_tensor_parallel_size, "
+                     "infer_expert_parallel_size)")
+
+
+def _device_type(user_overrides: Sequence[str], layouts: Mapping[str, Mapping[str, Any]]) -> str:
+    """npu, unless the user chose a layout file or a device type (or CPU workers) that says otherwise."""
+    requested = _user_choice(user_overrides, "layout")
+    if requested in layouts:
+        return str(layouts[requested].get("device_type", "npu"))
+    chosen = _user_choice(user_overrides, "layout.device_type")
+    if chosen:
+        return chosen
+    return "cpu" if _user_choice(user_overrides, "engine.mindspeed_workers") == "cpu" else "npu"
+
+
+def choose_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], parallel: Parallel = Parallel(),
+                  user_overrides: Sequence[str] = ()) -> LayoutMapping:
+    """The layout of a job of ``num_npus`` devices.
+
+    The user's ``layout=NAME``: that file; its devices (T + G nodes x devices per node;
+    hybrid: every node) must equal ``num_npus`` and hold the job (config/layouts). A CPU
+    job (``engine.mindspeed_workers=cpu`` or ``layout.device_type=cpu``) with a shipped CPU
+    layout of ``num_npus`` devices: that file (``local`` has 3). Otherwise one made from
+    ``num_npus`` by config/layouts.plan_layout, on nodes of ``layout.devices_per_node``
+    (default 8), with the user's ``mode=``, ``layout.train_nodes`` / ``layout.gen_nodes``
+    if given; a shipped file of exactly that geometry keeps its name.
+    """
+    requested = _user_choice(user_overrides, "layout")
+    mode = _user_choice(user_overrides, "mode")
+    if requested is not None:
+        return _requested_layout(num_npus, layouts, requested, mode == "hybrid", parallel)
+    device_type = _device_type(user_overrides, layouts)
+    if device_type == "cpu":
+        for name, lay in sorted(layouts.items()):
+            if lay.get("device_type") == "cpu" and _file_devices(lay, mode == "hybrid") == num_npus:
+                return _requested_layout(num_npus, layouts, name, mode == "hybrid", parallel,
+                                         f"the shipped CPU layout of {num_npus} devices")
+    per_node = _user_int(user_overrides, "layout.devices_per_node") or (
+        DEFAULT_DEVICES_PER_NODE if device_type == "npu" else 1)
+    try:
+        plan = plan_layout(num_npus, per_node, parallel, mode, _user_int(user_overrides, "layout.train_nodes"),
+                           _user_int(user_overrides, "layout.gen_nodes"), "rl_config.actor_resource.num_npus")
+    except LayoutRefused as error:
+        raise MindSpeedImportError(f"MindSpeed-RL key rl_config.actor_resource.num_npus={num_npus}: {error}") from None
+    name = (f"{'ascend910b3' if device_type == 'npu' else device_type}_"
+            + (f"hybrid{plan.nodes}" if plan.hybrid else f"t{plan.train_nodes}g{plan.gen_nodes}"))
+    same = [n for n, lay in sorted(layouts.items()) if _same_geometry(lay, plan, device_type)]
+    rule = f"made from {num_npus} NPUs on nodes of {per_node} (layout.devices_per_node): {plan.rule}"
+    return LayoutMapping(same[0] if same else name, rule, num_npus, device_type, plan.nodes, per_node,
+                         plan.train_nodes, plan.gen_nodes, parallel.instance, plan.hybrid, same[0] if same else None,
+                         NPU_ACCELERATOR if device_type == "npu" else device_type.upper())
+
+
+def _file_devices(lay: Mapping[str, Any], hybrid: bool) -> int:
+    used = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
+    return used * lay["devices_per_node"]
+
+
+def _same_geometry(lay: Mapping[str, Any], plan, device_type: str) -> bool:
+    if lay.get("device_type") != device_type or lay.get("devices_per_node") != plan.devices_per_node:
+        return False
+    if plan.hybrid:
+        return lay.get("name", "").endswith("_hybrid") and lay.get("nodes") == plan.nodes
+    return (not lay.get("name", "").endswith("_hybrid") and lay.get("train_nodes") == plan.train_nodes
+            and lay.get("gen_nodes") == plan.gen_nodes and lay.get("nodes") == plan.nodes)
+
+
+def _requested_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], requested: str, hybrid: bool,
+                      parallel: Parallel, rule: str = "") -> LayoutMapping:
+    key = "rl_config.actor_resource.num_npus"
+    if requested not in layouts:
+        raise MindSpeedImportError(f"layout={requested}: no such layout; choose one of {', '.join(sorted(layouts))}, "
+                                   "or leave layout= out to have one made from num_npus")
+    lay = layouts[requested]
+    devices = _file_devices(lay, hybrid)
+    if devices != num_npus:
+        used = "nodes" if hybrid else "train_nodes + gen_nodes"
+        raise MindSpeedImportError(
+            f"MindSpeed-RL key {key}={num_npus} does not match layout {requested}, which uses {devices} "
+            f"devices (({used}) x devices_per_node); set {key}: {devices}, choose a layout of {num_npus} devices, "
+            "or leave layout= out to have one made from num_npus")
+    from ...config.layouts import split_problem, train_problem
+
+    per_node = lay["devices_per_node"]
+    problem = (train_problem(parallel, devices, f"layout {requested}") if hybrid else
+               split_problem(parallel, per_node, lay["train_nodes"], lay["gen_nodes"]))
+    if problem:
+        raise MindSpeedImportError(f"layout={requested} cannot hold the job: {problem}; choose another layout or "
+                                   "leave layout= out to have one made from num_npus")
+    nodes = lay["nodes"] if hybrid else lay["train_nodes"] + lay["gen_nodes"]
+    return LayoutMapping(requested, rule or f"the layout you chose ({devices} devices = num_npus)", num_npus,
+                         lay["device_type"], nodes, per_node, lay["train_nodes"], lay["gen_nodes"],
+                         parallel.instance, hybrid, requested, lay.get("accelerator", NPU_ACCELERATOR))
+
+
+# ---------------------------------------------------------------------------------------
+# Rules that read several keys, after every section ran.
+# ---------------------------------------------------------------------------------------
+
 def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: Optional[Sequence[str]]) -> None:
-    s = b.seen
-    # Training phase lineage: GRPO / DAPO only.
-    stage = s.get("megatron_training.stage")
+    """Every rule that reads keys of several sections, in the order their overrides print."""
+    _stage_rule(b)
+    _learning_rate_rules(b)
+    _clip_rules(b)
+    _kl_rules(b)
+    _advantage_rules(b)
+    _reward_rules(b, reward_names)
+    _data_rules(b, user_overrides)
+    _precision_rules(b)
+    _inference_rules(b)
+    _dapo_rules(b)
+
+
+def _stage_rule(b: _Builder) -> None:
+    stage = b.seen.get("megatron_training.stage")
     if stage is not None and stage not in GRPO_STAGES:
         raise refuse("megatron_training.stage", stage, "this project runs GRPO only",
                      f"use a GRPO or DAPO job (stage: {' or '.join(GRPO_STAGES)})")
-    # The learning-rate schedule: constant, no warm-up.
+
+
+def _learning_rate_rules(b: _Builder) -> None:
+    """Constant, no warm-up, with this project's trainer; anything with MindSpeed-RL's actor."""
+    s, actor = b.seen, b.actor
     style = s.get("actor_config.lr_decay_style", s.get("megatron_training.lr_decay_style", "constant"))
-    actor = b.engine == "mindspeed"
     if style != "constant" and not actor:
         raise refuse("actor_config.lr_decay_style", style, "this project's trainer keeps the learning rate constant",
                      "set lr_decay_style: constant (or train with engine=mindspeed, whose MindSpeed-RL actor "
@@ -613,27 +755,39 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
             if f"{section}.{key}" in s:
                 b.ignore(f"{section}.{key}", f"{s[f'{section}.{key}']!r}: {ACTOR_HONOURS}" if actor else
                          "constant learning rate (train.lr)")
-    # Clipping: symmetric clip_ratio, or DAPO's clip-higher pair.
+
+
+def _clip_rules(b: _Builder) -> None:
+    """A symmetric clip_ratio, or DAPO's clip-higher pair."""
+    s = b.seen
     if s.get("rl_config.clip_higher_enable"):
         b.set("algo.clip_ratio_low", _number("rl_config.clip_ratio_low", s.get("rl_config.clip_ratio_low", 0.1)))
         b.set("algo.clip_ratio_high", _number("rl_config.clip_ratio_high", s.get("rl_config.clip_ratio_high", 0.1)))
         if "rl_config.clip_ratio" in s:
             b.ignore("rl_config.clip_ratio", "clip_higher_enable: clip_ratio_low / clip_ratio_high apply")
-    else:
-        ratio = _number("rl_config.clip_ratio", s.get("rl_config.clip_ratio", 0.2))
-        b.set("algo.clip_ratio_low", ratio)
-        b.set("algo.clip_ratio_high", ratio)
-        for key in ("clip_ratio_low", "clip_ratio_high", "clip_higher_enable"):
-            if f"rl_config.{key}" in s:
-                b.ignore(f"rl_config.{key}", "clip_higher_enable is off: clip_ratio applies to both sides")
-    # KL: coefficient, estimator, fixed control.
+        return
+    ratio = _number("rl_config.clip_ratio", s.get("rl_config.clip_ratio", 0.2))
+    b.set("algo.clip_ratio_low", ratio)
+    b.set("algo.clip_ratio_high", ratio)
+    for key in ("clip_ratio_low", "clip_ratio_high", "clip_higher_enable"):
+        if f"rl_config.{key}" in s:
+            b.ignore(f"rl_config.{key}", "clip_higher_enable is off: clip_ratio applies to both sides")
+
+
+def _kl_rules(b: _Builder) -> None:
+    """The coefficient, the estimator and its control (fixed here; adaptive by MindSpeed-RL's actor)."""
+    s, actor = b.seen, b.actor
     ctrl = s.get("rl_config.kl_ctrl_type", "fixed")
+    if ctrl != "fixed" and not actor:
+        raise refuse("rl_config.kl_ctrl_type", ctrl, "only a fixed KL coefficient is implemented in this project's "
+                     "trainer", "set kl_ctrl_type: fixed (or train with engine=mindspeed, whose MindSpeed-RL actor "
+                     "takes MindSpeed-RL's KL controller)")
     if ctrl != "fixed":
-        raise refuse("rl_config.kl_ctrl_type", ctrl, "only a fixed KL coefficient is implemented",
-                     "set kl_ctrl_type: fixed")
+        b.ignore("rl_config.kl_ctrl_type", f"{ctrl!r}: {ACTOR_HONOURS}")
     for key in ("kl_horizon", "kl_target"):
         if f"rl_config.{key}" in s:
-            b.ignore(f"rl_config.{key}", "adaptive KL control is off (kl_ctrl_type: fixed)")
+            b.ignore(f"rl_config.{key}", f"{ACTOR_HONOURS}" if ctrl != "fixed" else
+                     "adaptive KL control is off (kl_ctrl_type: fixed)")
     penalty = s.get("rl_config.kl_penalty", "low_var_kl")
     estimators = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
     if penalty not in estimators and not (actor and penalty == "abs"):
@@ -646,10 +800,20 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
     else:   # engine=mindspeed: MindSpeed-RL's loss applies kl_penalty itself
         b.ignore("rl_config.kl_penalty", f"{penalty!r}: {ACTOR_HONOURS}")
     b.set("algo.kl_coef", _number("rl_config.init_kl_coef", s.get("rl_config.init_kl_coef", 0.01)))
+
+
+def _advantage_rules(b: _Builder) -> None:
+    """group_norm with MindSpeed-RL's sample std and epsilon; its loss aggregation."""
     b.set("algo.scale_advantages", True)
-    token_level = s.get("rl_config.token_level_loss", True)
+    b.set("algo.adv_std", "sample")
+    b.set("algo.adv_eps", MINDSPEED_ADV_EPS)
+    token_level = b.seen.get("rl_config.token_level_loss", True)
     b.set("algo.loss_agg", "token_mean" if token_level else "seq_mean_token_mean")
-    # Rewards: MindSpeed-RL's rule names are this project's registry names.
+
+
+def _reward_rules(b: _Builder, reward_names: Optional[Sequence[str]]) -> None:
+    """MindSpeed-RL's rule names are this project's registry names."""
+    s = b.seen
     functions = s.get("rl_config.verifier_function", ["base_acc"])
     weights = s.get("rl_config.verifier_weight", [1.0] * len(functions))
     if not isinstance(functions, (list, tuple)) or not functions:
@@ -662,24 +826,38 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
         for name in functions:
             if ":" not in str(name) and name not in reward_names:
                 raise refuse("rl_config.verifier_function", name, "not a reward this project has",
-                             REWARD_FIX.format(names=", ".join(sorted(reward_names))))
+                              REWARD_FIX.format(names=", ".join(sorted(reward_names))))
     b.set("task.verifier_function", [str(f) for f in functions])
     b.set("task.verifier_weight", [_number("rl_config.verifier_weight", w) for w in weights])
-    # Data: a raw jsonl / parquet file is read by task=dataset; a preprocessed Megatron dataset is not.
+
+
+def _data_rules(b: _Builder, user_overrides: Sequence[str]) -> None:
+    """A raw jsonl / parquet file, or a preprocessed (Megatron indexed) dataset prefix: both
+    task=dataset (tasks/megatron_data.py reads the prefix's .bin / .idx files). A task= of
+    the user's replaces it."""
+    s = b.seen
     data = s.get("megatron_training.data_path")
-    user_task = any(o.lstrip("+~").split("=", 1)[0].split(".")[0] == "task" for o in user_overrides)
-    if data is not None:
-        if str(data).endswith((".jsonl", ".parquet", ".json")):
-            b.set("task", "dataset")   # a task group of the user's (e.g. maze_dataset) replaces it
-            b.set("task.path", str(data))
-        elif user_task:
-            b.ignore("megatron_training.data_path", "replaced by your task= override")
-        else:
-            raise refuse("megatron_training.data_path", data,
-                         "a preprocessed (Megatron indexed) dataset cannot be read by this project",
-                         "point data_path at the raw .jsonl / .parquet file (task=dataset reads it), or pass "
-                         "task=dataset task.path=FILE (or task=maze) after the YAML")
-    # Precision.
+    extra = s.get("megatron_training.dataset_additional_keys") or []
+    if "megatron_training.dataset_additional_keys" in s:
+        b.ignore("megatron_training.dataset_additional_keys", f"{list(extra)}: columns of the preprocessed dataset; "
+                 "labels is the reference answer (task.answer_key)")
+    if data is None:
+        return
+    if _user_choice(user_overrides, "task") == "maze":
+        b.ignore("megatron_training.data_path", "replaced by your task=maze (generated prompts)")
+        return
+    b.set("task", "dataset")   # a task group of the user's (e.g. maze_dataset) replaces it
+    b.set("task.path", str(data))
+    if not str(data).endswith((".jsonl", ".parquet", ".json")):
+        # MindSpeed-RL's preprocess_data.py: <prefix>_packed_<field>_document.{bin,idx}; the prompt is
+        # input_ids (chat template applied when it was preprocessed), the answer the labels column.
+        b.set("task.prompt_key", "input_ids")
+        b.set("task.answer_key", "labels" if "labels" in extra else "")
+        b.set("task.chat_template", "never")
+
+
+def _precision_rules(b: _Builder) -> None:
+    s = b.seen
     dtype = s.get("generate_config.dtype")
     bf16 = s.get("actor_config.bf16", s.get("megatron_training.bf16"))
     chosen = dtype or ("bfloat16" if bf16 else None)
@@ -692,10 +870,17 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
     for key in ("megatron_training.bf16", "actor_config.bf16"):
         if key in s:
             b.ignore(key, f"precision: engine.dtype / model.dtype = {chosen or 'the default'}")
-    # Inference parallelism -> one instance's devices.
+
+
+def _inference_rules(b: _Builder) -> None:
+    """Sampling, and inference parallelism -> one instance's devices."""
+    s = b.seen
     sampling = s.get("generate_config.sampling_config")
     if sampling is not None:
         _run_section(b, "generate_config.sampling_config", sampling, SAMPLING_KEYS)
+    min_p = b.values.get("generate.sampling_config.min_p", 0.0)
+    if not 0.0 <= min_p < 1.0:
+        raise refuse("generate_config.sampling_config.min_p", min_p, "must be in [0, 1)", "write a probability")
     itp = b.values.get("model.infer_tensor_parallel_size", 1)
     ipp = b.values.get("model.infer_pipeline_parallel_size", 1)
     iep = b.values.get("model.infer_expert_parallel_size", 1)
@@ -709,6 +894,79 @@ def _cross_key_rules(b: _Builder, user_overrides: Sequence[str], reward_names: O
     # max(TP, EP) devices per pipeline stage.
     b.set("layout.infer_instance_size", ipp * max(itp, iep))
     b.set("engine.tensor_parallel_size", itp)
+
+
+def _dapo_rules(b: _Builder) -> None:
+    """DAPO's dynamic sampling and overlong shaping (rl_config.py's keys) -> algo.*."""
+    s = b.seen
+    off = "dynamic sampling is off (filter_groups_enable: false)"
+    if s.get("rl_config.filter_groups_enable"):
+        _filter_groups_rule(b)
+    else:
+        for key in ("filter_groups_enable", "filter_groups_metric", "filter_groups_max_batches",
+                    "filter_groups_train_batch_size"):
+            if f"rl_config.{key}" in s:
+                b.ignore(f"rl_config.{key}", off if key != "filter_groups_enable" else "no dynamic sampling")
+    if s.get("rl_config.overlong_buffer_enable"):
+        _overlong_rule(b)
+        return
+    for key in ("overlong_buffer_enable", "overlong_buffer", "overlong_buffer_penalty_factor", "rollout_max_tokens"):
+        if f"rl_config.{key}" in s:
+            b.ignore(f"rl_config.{key}", "no overlong penalty" if key == "overlong_buffer_enable" else
+                     "the overlong penalty is off (overlong_buffer_enable: false); responses are bounded by "
+                     "sampling_config.max_tokens")
+
+
+def _filter_groups_rule(b: _Builder) -> None:
+    s = b.seen
+    metric = s.get("rl_config.filter_groups_metric", "acc")
+    functions = b.values.get("task.verifier_function", [])
+    if metric not in functions:
+        raise refuse("rl_config.filter_groups_metric", metric, "dynamic sampling reads the spread of one of the "
+                     f"job's rewards, and verifier_function is {functions}", "name one of them")
+    most = _number("rl_config.filter_groups_max_batches", s.get("rl_config.filter_groups_max_batches", 1), int)
+    if most > 0:
+        raise refuse("rl_config.filter_groups_max_batches", most, "MindSpeed-RL counts generation batches of "
+                     "global_batch_size prompts, this project's algo.max_num_gen_batches extra minibatches",
+                     "write filter_groups_max_batches: -1 (no limit) and pass algo.max_num_gen_batches=N after the "
+                     "YAML")
+    b.set("algo.filter_groups", "std")
+    b.set("algo.filter_groups_metric", str(metric))
+    b.set("algo.max_num_gen_batches", 0)
+    b.ignore("rl_config.filter_groups_enable", "algo.filter_groups=std: a group whose metric has zero std is "
+             "dropped and more prompts are generated")
+    b.ignore("rl_config.filter_groups_max_batches", f"{most}: no limit (algo.max_num_gen_batches=0)")
+    train_batch = s.get("rl_config.filter_groups_train_batch_size")
+    if train_batch is not None:
+        kept = _number("rl_config.filter_groups_train_batch_size", train_batch, int)
+        generated = b.values.get("rl.global_batch_size")
+        b.set("rl.global_batch_size", kept)
+        b.ignore("rl_config.filter_groups_train_batch_size", f"{kept} kept groups per step: rl.global_batch_size")
+        if generated is not None and generated != kept:
+            b.ignore("megatron_training.global_batch_size", f"{generated}: MindSpeed-RL's generation batch; ASP's "
+                     "Control Unit keeps dispatching minibatches until a step has its kept groups")
+
+
+def _overlong_rule(b: _Builder) -> None:
+    s = b.seen
+    buffer = _number("rl_config.overlong_buffer", s.get("rl_config.overlong_buffer", 0), int)
+    max_tokens = b.values.get("generate.sampling_config.max_tokens")
+    if buffer < 1 or (max_tokens is not None and buffer >= max_tokens):
+        raise refuse("rl_config.overlong_buffer", buffer, f"must be in [1, sampling_config.max_tokens={max_tokens})",
+                     "shorten the buffer or turn overlong_buffer_enable off")
+    rollout = s.get("rl_config.rollout_max_tokens", 2048)    # RLConfig's default
+    if max_tokens is not None and _number("rl_config.rollout_max_tokens", rollout, int) != max_tokens:
+        raise refuse("rl_config.rollout_max_tokens", rollout, f"the penalty counts from it, and "
+                     f"generate_config.sampling_config.max_tokens is {max_tokens} (MindSpeed-RL refuses the same)",
+                     "make the two equal")
+    b.set("algo.overlong_buffer_len", buffer)
+    b.set("algo.overlong_penalty_factor",
+          _number("rl_config.overlong_buffer_penalty_factor", s.get("rl_config.overlong_buffer_penalty_factor", 1.0)))
+    for key in ("overlong_buffer_enable", "rollout_max_tokens"):
+        if f"rl_config.{key}" in s:
+            b.ignore(f"rl_config.{key}", f"{s[f'rl_config.{key}']!r}: the overlong penalty counts from "
+                     "generate.sampling_config.max_tokens" if key == "rollout_max_tokens" else
+                     "algo.overlong_buffer_len / algo.overlong_penalty_factor")
 
 
 def _queue_rules(b: _Builder, layout: LayoutMapping, user_overrides: Sequence[str],
@@ -771,35 +1029,22 @@ def merge_overrides(imported: Sequence[str], user: Sequence[str]) -> list[str]:
     return [o for o in imported if o.split("=", 1)[0] not in user_keys] + list(user)
 
 
-def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
-               layouts: Mapping[str, Mapping[str, Any]], user_overrides: Sequence[str] = (),
-               reward_names: Optional[Sequence[str]] = None, source: str = "",
-               scheduler_defaults: Optional[Mapping[str, Any]] = None) -> ImportResult:
-    """Map a MindSpeed-RL job (its YAML as a dict) to this project's overrides.
-
-    ``model_group``: the content of ``model/NAME.yaml`` for the job's ``defaults: model``
-    (None when no such file was found: refused). ``layouts``: this project's layout
-    files by name. ``user_overrides``: what the user adds after the YAML; ``layout=``,
-    ``mode=`` and ``task...`` there steer the import (the layout, hybrid or not, the data).
-    ``reward_names``: the reward registry's names (None skips that check).
-    ``scheduler_defaults``: the chosen scheduler file's keys (base_batch_size, slack), for
-    the queue rule of :func:`_queue_rules`.
-    """
+def _check_sections(job: Any) -> None:
     if not isinstance(job, Mapping):
         raise MindSpeedImportError(f"a MindSpeed-RL job YAML is a mapping of sections, got {type(job).__name__}")
     for section in job:
-        if section in IGNORED_SECTIONS:
-            b.ignore(section, IGNORED_SECTIONS[section])
-        elif section not in SECTIONS:
+        if section not in SECTIONS and section not in PASSED_SECTIONS:
             raise MindSpeedImportError(
                 f"MindSpeed-RL section {section} is not one this project can run (it reads "
-                f"{', '.join(SECTIONS)}); delete it" + (" (PPO's critic is not supported: run GRPO)"
-                                                        if section == "critic_config" else ""))
+                f"{', '.join(SECTIONS + tuple(PASSED_SECTIONS))}); delete it"
+                + (" (PPO's critic is not supported: run GRPO)" if section == "critic_config" else ""))
     for section in ("rl_config", "generate_config"):
         if section not in job:
             raise MindSpeedImportError(f"MindSpeed-RL section {section} is missing; a GRPO job has "
                                        f"{', '.join(SECTIONS[1:])}")
-    # Resources -> layout, and the layout -> the engine, first: which keys are honoured depends on the trainer.
+
+
+def _num_npus(job: Mapping[str, Any]) -> int:
     rl = job["rl_config"] if isinstance(job["rl_config"], Mapping) else {}
     resource = rl.get("actor_resource")
     if not isinstance(resource, Mapping) or "num_npus" not in resource:
@@ -808,13 +1053,18 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     for key in resource:
         if key != "num_npus":
             raise _unknown_key(f"rl_config.actor_resource.{key}", {"num_npus": note})
-    num_npus = _number("rl_config.actor_resource.num_npus", resource["num_npus"], int)
-    hybrid = _user_choice(user_overrides, "mode") == "hybrid"
-    layout = choose_layout(num_npus, layouts, hybrid, _user_choice(user_overrides, "layout"))
-    engine = _user_choice(user_overrides, "engine") or ("mindspeed" if layout.device_type == "npu" else "hf")
-    b = _Builder(engine)
-    name = model_group_name(job)
-    _model_overrides(b, name, model_group)
+    return _number("rl_config.actor_resource.num_npus", resource["num_npus"], int)
+
+
+def _passed_sections(b: _Builder, job: Mapping[str, Any]) -> None:
+    for section, what in PASSED_SECTIONS.items():
+        if section in job:
+            b.ignore(section, f"{what}: passed through, MindSpeed-RL's own assembly reads it from the job YAML "
+                     "(engine.mindspeed_config)" if b.actor else f"{what}; nothing in it changes the run")
+
+
+def _sections(b: _Builder, job: Mapping[str, Any], name: str) -> None:
+    """Every key of the four sections through its handler; the model names must agree."""
     for section in ("megatron_training", "actor_config", "rl_config", "generate_config"):
         if section in job:
             _run_section(b, section, job[section], SECTION_KEYS[section])
@@ -825,37 +1075,60 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
                          f"make {section}.model and defaults.model name the same model")
         if named is not None:
             b.ignore(f"{section}.model", f"the model group defaults.model={name}")
-    _cross_key_rules(b, user_overrides, reward_names)
-    if "megatron_training.stage" in b.seen:
-        b.ignore("megatron_training.stage", f"{b.seen['megatron_training.stage']}: GRPO (ASP runs GRPO)")
-    instance = b.values["layout.infer_instance_size"]
-    if layout.devices_per_node % instance:
-        raise MindSpeedImportError(
-            f"MindSpeed-RL keys generate_config.infer_tensor_parallel_size x infer_pipeline_parallel_size / "
-            f"infer_expert_parallel_size give an inference instance of {instance} devices, which does not divide "
-            f"the {layout.devices_per_node} devices of a node of layout {layout.name}; choose inference sizes "
-            "whose instance divides a node")
-    layout = LayoutMapping(**{**layout.__dict__, "infer_instance_size": instance})
-    _queue_rules(b, layout, user_overrides, scheduler_defaults or {})
-    b.ignore("rl_config.actor_resource.num_npus", f"{num_npus} devices = layout {layout.name} (see below)")
-    b.set("layout", layout.name)
+
+
+def _layout_and_engine(b: _Builder, layout: LayoutMapping, source: str) -> None:
+    b.ignore("rl_config.actor_resource.num_npus", f"{layout.num_npus} devices = layout {layout.name} (see below)")
+    for key, value in layout.overrides().items():
+        b.set(key, value)
     if layout.device_type == "npu":
         # MindSpeed-RL's stack on Ascend; versions reach the separate G nodes over HCCL in buckets.
         b.set("engine", "mindspeed")
         b.set("hardware", "ascend910b3")
         b.set("weights.transport", "collective")
-    if engine == "mindspeed" and source and _engine_has("mindspeed_config"):
+    if b.actor and source and _engine_has("mindspeed_config"):
         # Its Megatron actor is built from the same YAML (integrations/mindspeed/engine.py).
         b.set("engine.mindspeed_config", source)
+
+
+def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
+               layouts: Mapping[str, Mapping[str, Any]], user_overrides: Sequence[str] = (),
+               reward_names: Optional[Sequence[str]] = None, source: str = "",
+               scheduler_defaults: Optional[Mapping[str, Any]] = None) -> ImportResult:
+    """Map a MindSpeed-RL job (its YAML as a dict) to this project's overrides.
+
+    ``model_group``: the content of ``model/NAME.yaml`` for the job's ``defaults: model``
+    (None when no such file was found: refused). ``layouts``: this project's layout
+    files by name. ``user_overrides``: what the user adds after the YAML; ``layout=``,
+    ``layout.devices_per_node`` / ``train_nodes`` / ``gen_nodes``, ``mode=``, ``engine=``
+    and ``task...`` there steer the import (the layout, hybrid or not, the trainer, the
+    data). ``reward_names``: the reward registry's names (None skips that check).
+    ``scheduler_defaults``: the chosen scheduler file's keys (base_batch_size, slack), for
+    the queue rule of :func:`_queue_rules`.
+    """
+    _check_sections(job)
+    num_npus = _num_npus(job)
+    # Which keys are honoured depends on the trainer: engine=mindspeed on NPUs unless the user chose.
+    device_type = _device_type(user_overrides, layouts)
+    b = _Builder(_user_choice(user_overrides, "engine") or ("mindspeed" if device_type == "npu" else "hf"))
+    name = model_group_name(job)
+    _model_overrides(b, name, model_group)
+    _sections(b, job, name)
+    _passed_sections(b, job)
+    _cross_key_rules(b, user_overrides, reward_names)
+    if "megatron_training.stage" in b.seen:
+        b.ignore("megatron_training.stage", f"{b.seen['megatron_training.stage']}: GRPO (ASP runs GRPO)")
+    parallel = _parallel(b.values)
+    layout = choose_layout(num_npus, layouts, parallel, user_overrides)
+    _queue_rules(b, layout, user_overrides, scheduler_defaults or {})
+    _layout_and_engine(b, layout, source)
     groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
     keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
-    parallel = {"tp": b.values.get("model.tensor_model_parallel_size", 1),
-                "pp": b.values.get("model.pipeline_model_parallel_size", 1),
-                "ep": b.values.get("model.expert_model_parallel_size", 1),
-                "itp": b.values.get("model.infer_tensor_parallel_size", 1),
-                "ipp": b.values.get("model.infer_pipeline_parallel_size", 1),
-                "iep": b.values.get("model.infer_expert_parallel_size", 1)}
-    return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, parallel)
+    sizes = {"tp": parallel.tp, "pp": parallel.pp, "cp": parallel.cp, "ep": parallel.ep,
+             "itp": b.values.get("model.infer_tensor_parallel_size", 1),
+             "ipp": b.values.get("model.infer_pipeline_parallel_size", 1),
+             "iep": b.values.get("model.infer_expert_parallel_size", 1)}
+    return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, sizes)
 
 
 # ---------------------------------------------------------------------------------------
