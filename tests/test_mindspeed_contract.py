@@ -14,19 +14,13 @@ at the bottom run everywhere.
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from types import SimpleNamespace
 
-TESTS = Path(__file__).resolve().parent
-STUBS = TESTS / "mindspeed_stubs"   # the contract child
-# The NPU stack's stand-ins ship with the package (engine.mindspeed_workers=cpu uses them too).
-STANDINS = TESTS.parent / "mindspeed_rl_asp" / "assets" / "npu_standins"
-CHECKOUT = os.environ.get("MINDSPEED_RL_CHECKOUT", "")
-# MindSpeed-RL's pure-python requirements that its import needs and this project does not.
-REQUIREMENTS = ("tensordict", "codetiming", "mathruler", "word2number", "zmq", "cloudpickle", "orjson", "pylatexenc")
+from mindspeed_child import run_child, skip_reason
+
 CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli_functions",
           "qkv_split_matches_mindspeed_rl", "names_match_mindspeed_rl_weight_adaptors",
           "fc1_gather_matches_mindspeed_rl", "transfer_dock_round_trip", "dock_model_matches_the_real_dock",
@@ -34,34 +28,12 @@ CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli
           "transfer_queue_round_trip")
 
 
-def skip_reason() -> str | None:
-    if not CHECKOUT:
-        return "MINDSPEED_RL_CHECKOUT is not set (point it to a checkout of Ascend/MindSpeed-RL to run these)"
-    if not (Path(CHECKOUT) / "mindspeed_rl" / "__init__.py").is_file():
-        return f"MINDSPEED_RL_CHECKOUT={CHECKOUT} has no mindspeed_rl package"
-    missing = [m for m in REQUIREMENTS if importlib.util.find_spec(m) is None]
-    if missing:
-        return f"MindSpeed-RL's requirements {missing} are not installed (pip install {' '.join(missing)})"
-    return None
-
-
 @pytest.fixture(scope="module")
 def contract_results(tmp_path_factory):
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    out = tmp_path_factory.mktemp("mindspeed_contract") / "results.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(STANDINS), CHECKOUT, str(TESTS), str(TESTS.parent)]
-                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["RAY_OVERRIDE_RESOURCES"] = json.dumps({"CPU": 32})
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"   # the checkout is read only: no __pycache__ in it
-    run = subprocess.run([sys.executable, str(STUBS / "contract_child.py"), str(out)], env=env,
-                         capture_output=True, text=True, timeout=900)
-    if not out.exists():
-        pytest.fail(f"the contract child process wrote no results (exit {run.returncode}):\n{run.stderr[-4000:]}")
-    return json.loads(out.read_text())
+    # A Ray of the child's own offering 32 logical CPUs: GRPOTransferDock and
+    # TransferQueueManager reserve 10 each.
+    return run_child("contract_child.py", tmp_path_factory.mktemp("mindspeed_contract"),
+                     {"RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 32})})
 
 
 @pytest.mark.parametrize("name", CHECKS)
@@ -109,9 +81,11 @@ def test_engine_mindspeed_without_mindspeed_rl_says_what_to_install():
 
 
 def test_skip_reason_names_the_variable(monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "CHECKOUT", "")
+    import mindspeed_child
+
+    monkeypatch.setattr(mindspeed_child, "CHECKOUT", "")
     assert "MINDSPEED_RL_CHECKOUT is not set" in skip_reason()
-    monkeypatch.setattr(sys.modules[__name__], "CHECKOUT", "/nonexistent-checkout")
+    monkeypatch.setattr(mindspeed_child, "CHECKOUT", "/nonexistent-checkout")
     assert "has no mindspeed_rl package" in skip_reason()
 
 
@@ -149,6 +123,8 @@ class FakeWorkerGroup:
     def update(self, kl_ctrl, skip_actor_log_prob):
         columns = ["responses", "advantages", "old_log_prob", "ref_log_prob", "input_ids", "response_length",
                    "prompt_length"]
+        if kl_ctrl is None or not hasattr(kl_ctrl, "value"):
+            raise AttributeError("MindSpeed-RL's loss reads kl_ctrl.value")   # what its GRPO loss does
         batch, _ = self.td.get_experience("actor_train", columns, indexes=list(range(self.td.max_len)))
         self.updates.append((skip_actor_log_prob, batch))
 
@@ -166,8 +142,9 @@ def fake_engine(shards=None):
     from mindspeed_rl_asp.integrations.mindspeed.queue import ASP_COLUMNS
 
     engine = MindSpeedTrainingEngine.__new__(MindSpeedTrainingEngine)   # no Megatron here: the glue only
-    engine.actor, engine.reference = FakeWorkerGroup(shards), FakeWorkerGroup()
-    engine.docks = DockCalls([engine.actor, engine.reference],
+    engine.actor = FakeWorkerGroup(shards)   # the integrated worker: actor and reference in one group
+    engine.kl_ctrl, engine.loss_cfg = SimpleNamespace(value=0.0), None
+    engine.docks = DockCalls([engine.actor],
                              make_dock=lambda rows: InProcessDock(rows, 1, GBS_train=rows,
                                                                   addition_columns=list(ASP_COLUMNS)),
                              call=lambda dock, name, **kw: getattr(dock, name)(**kw))
@@ -181,7 +158,7 @@ def test_engine_logprobs_and_reference_through_the_dock():
     assert engine.logprobs(prompts, responses) == [[-2.0, -2.5, -3.0], [-3.5]]
     assert engine.reference_logprobs(prompts, responses) == [[-2.0, -2.5, -3.0], [-3.5]]
     engine.logprobs([[1]] * 3, [[2]] * 3)          # another row count: another dock, handed to the workers
-    assert engine.actor.inits == 2 and engine.reference.inits == 2
+    assert engine.actor.inits == 2
     engine.logprobs(prompts, responses)            # back to 2 rows: the first dock again
     assert len(engine.docks.docks) == 2 and engine.actor.inits == 3
 
@@ -189,21 +166,43 @@ def test_engine_logprobs_and_reference_through_the_dock():
 def test_engine_train_step_puts_what_mindspeed_rl_update_reads():
     from mindspeed_rl_asp.engines.base import TrainBatch
 
+    from mindspeed_rl_asp.algo.grpo import GRPOLossConfig
+
     engine = fake_engine()
+    engine.configure_loss(GRPOLossConfig(off_policy="tis", tis_cap=2.0))
     batch = TrainBatch([[1, 2], [3]], [[4, 5, 6], [7]],
-                       {"advantages": [0.5, -1.0], "behaviour_logprobs": [[-1.0, -1.1, -1.2], [-2.0]],
+                       {"advantages": [0.5, -1.0], "behaviour_logprobs": [[-1.0, -0.1, -0.5], [-2.0]],
                         "proximal_logprobs": [[-0.1, -0.2, -0.3], [-0.4]], "ref_logprobs": [[-9.0] * 3, [-9.0]]})
     metrics = engine.train_step(batch, loss_fn=None)
     assert engine.version == 1 and metrics["asp_loss_fn_used"] == 0.0
     skip, seen = engine.actor.updates[0]
     assert skip is False   # old_log_prob is in the dock; MindSpeed-RL must not drop it
-    assert seen["advantages"][0][:3].tolist() == [0.5] * 3 and seen["advantages"][1][:1].tolist() == [-1.0]
-    assert [round(x, 4) for x in seen["old_log_prob"][0][:3].tolist()] == [-0.1, -0.2, -0.3]   # proximal first
+    # Truncated importance weights min(exp(proximal - behaviour), 2) folded into the advantages.
+    import math
+
+    want = [0.5 * min(math.exp(p - b), 2.0) for p, b in zip([-0.1, -0.2, -0.3], [-1.0, -0.1, -0.5])]
+    assert seen["advantages"][0][:3].tolist() == pytest.approx(want) and want[0] == 1.0 and want[1] < 0.5
+    assert seen["advantages"][1][:1].tolist() == [-2.0]
+    assert [round(x, 4) for x in seen["old_log_prob"][0][:3].tolist()] == [-0.1, -0.2, -0.3]   # ratio vs proximal
     assert seen["ref_log_prob"][1][:1].tolist() == [-9.0]
     assert seen["input_ids"][0][:5].tolist() == [1, 2, 4, 5, 6]
-    del batch.extras["proximal_logprobs"]
+    engine.configure_loss(GRPOLossConfig(off_policy="none"))   # no correction: behaviour log-probs, A as is
     engine.train_step(batch)
-    assert [round(x, 4) for x in engine.actor.updates[1][1]["old_log_prob"][0][:3].tolist()] == [-1.0, -1.1, -1.2]
+    assert [round(x, 4) for x in engine.actor.updates[1][1]["old_log_prob"][0][:3].tolist()] == [-1.0, -0.1, -0.5]
+    assert engine.actor.updates[1][1]["advantages"][0][:3].tolist() == [0.5] * 3
+
+
+def test_engine_train_step_passes_a_kl_controller():
+    """MindSpeed-RL's loss reads kl_ctrl.value: update(None, ...) failed there (and in the fake)."""
+    from mindspeed_rl_asp.engines.base import TrainBatch
+
+    engine = fake_engine()
+    engine.kl_ctrl = SimpleNamespace(value=0.05)
+    batch = TrainBatch([[1]], [[2]], {"advantages": [1.0], "behaviour_logprobs": [[-1.0]]})
+    assert engine.train_step(batch)["kl_coef"] == 0.05
+    engine.kl_ctrl = None
+    with pytest.raises(AttributeError, match="kl_ctrl.value"):
+        engine.train_step(batch)
 
 
 def test_engine_exports_hugging_face_tensors_from_megatron_ranks():

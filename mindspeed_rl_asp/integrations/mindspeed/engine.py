@@ -365,6 +365,8 @@ class MindSpeedTrainingEngine:
             raise MindSpeedEngineError("engine=mindspeed: no placement for MindSpeed-RL's worker group "
                                        "(engine.mindspeed_bundles); the driver (runtime/driver.py) places it")
         jobs.use_mindspeed_rl(workers)
+        if workers == "cpu":   # what the acl stand-in answers RayActorGroup: the devices of a T node
+            os.environ.setdefault(jobs.LOGICAL_NPUS_ENV, str(len(bundles[0])))
         job = jobs.fit_job_to_t_side(jobs.compose_job(path), sum(len(group) for group in bundles), workers)
         configs = jobs.build_job(job)
         actor_config, self.rl_config = configs["actor_config"], configs["rl_config"]
