@@ -129,10 +129,11 @@ def test_without_a_refill_a_plan_used_up_is_a_clear_error():
 
 def test_too_many_rejected_for_one_step_stops_the_run():
     mbs = [(f"m{k}", (f"p{2 * k}", f"p{2 * k + 1}")) for k in range(3)]
-    core = ControlCore(cfg_for(max_rejected_batches=1), mbs, refill=refill_of(mbs))
+    core = ControlCore(cfg_for(max_gen_batches=2), mbs, refill=refill_of(mbs))
     loop = Loop(core, _AllFlat())
+    # Two generation batches of 2 prompts: more than 2 rejected for step 0 stops it.
     with pytest.raises(TooManyRejected, match=r"rejected 4 prompt groups while step 0 .* "
-                                              r"algo.max_num_gen_batches=1 x global_batch_size=2"):
+                                              r"\(algo.max_num_gen_batches=2 - 1\) x global_batch_size=2 = 2"):
         while loop.advance():
             pass
     assert core.trainer_version == 0
@@ -158,8 +159,17 @@ class _AllFlat:
         pass
 
 
+def test_one_generation_batch_stops_at_the_first_rejection():
+    """max_gen_batches=1 is MindSpeed-RL's default: no batch beyond the first."""
+    core = ControlCore(cfg_for(max_gen_batches=1), [("m0", ("p0", "p1")), ("m1", ("p2", "p3"))])
+    core.poll()
+    core.on_generated(0, "m0", {"p0": SPREAD, "p1": FLAT})
+    with pytest.raises(TooManyRejected, match="rejected 1 prompt groups"):
+        core.poll()
+
+
 def test_rejections_after_the_last_step_started_do_not_count():
-    core = ControlCore(cfg_for(total_steps=1, max_rejected_batches=1), [("m0", ("p0", "p1", "p2"))])
+    core = ControlCore(cfg_for(total_steps=1, max_gen_batches=1), [("m0", ("p0", "p1", "p2"))])
     core.poll()
     core.on_generated(0, "m0", {"p0": SPREAD, "p1": SPREAD, "p2": SPREAD})
     [t] = core.poll()

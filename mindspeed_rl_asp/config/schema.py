@@ -341,8 +341,9 @@ class AlgoConfig(GRPOLossKeys):
 
     DAPO (docs/grpo.md): ``filter_groups`` is dynamic sampling, ``none`` or ``std`` (drop
     a prompt group whose ``filter_groups_metric`` reward has zero spread and generate
-    more until a step is full, at most ``max_num_gen_batches`` extra minibatches per step,
-    0 for no limit); ``overlong_buffer_len`` > 0 turns on DAPO's overlong reward shaping:
+    more until a step is full; a step may take at most ``max_num_gen_batches``
+    generation batches of ``rl.global_batch_size`` prompts, the first included, as
+    MindSpeed-RL's ``filter_groups_max_batches``, else the run stops; 0 for no limit); ``overlong_buffer_len`` > 0 turns on DAPO's overlong reward shaping:
     a response within that many tokens of ``generate.sampling_config.max_tokens`` loses up
     to ``overlong_penalty_factor``, linearly."""
 

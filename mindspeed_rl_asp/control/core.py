@@ -56,8 +56,9 @@ Rules (proofs in docs/control.md):
   counted; dispatch goes on until every step has ``global_batch_size`` accepted groups.
   When the plan runs out, ``refill(k)`` (the shell's next pass over the data) extends it.
   A minibatch that cannot go whole while nothing is in flight is split to what admission
-  and queue room allow (so rejection can never deadlock). More than
-  ``max_rejected_batches x global_batch_size`` groups rejected for one step stops the run
+  and queue room allow (so rejection can never deadlock). A step that would need more
+  than ``max_gen_batches`` generation batches of ``global_batch_size`` prompts (more than
+  ``(max_gen_batches - 1) x global_batch_size`` groups rejected for it) stops the run
   (``TooManyRejected``), as MindSpeed-RL's DAPO trainer does.
 """
 from __future__ import annotations
@@ -103,9 +104,11 @@ class ControlConfig:
     ``at_finish``: what the loop does with work still running at ``Finish``: ``cancel``
     it or ``drain`` it (wait for it; its samples are reported unused).
     ``filter_groups``: ``none`` or ``std`` (DAPO's dynamic sampling: ``rejection.py``);
-    ``max_rejected_batches`` (``algo.max_num_gen_batches``): the run stops once more than
-    that many generation batches of ``global_batch_size`` groups are rejected for one
-    step (0: no limit).
+    ``max_gen_batches`` (``algo.max_num_gen_batches``, MindSpeed-RL's
+    ``filter_groups_max_batches``): the most generation batches of ``global_batch_size``
+    prompts one step may take, the first included: the run stops once more than
+    ``(max_gen_batches - 1) x global_batch_size`` groups are rejected for one step
+    (0: no limit).
     Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
     """
 
@@ -122,7 +125,7 @@ class ControlConfig:
     refresh_interval: int = 1
     at_finish: str = "cancel"
     filter_groups: str = "none"
-    max_rejected_batches: int = 0
+    max_gen_batches: int = 0
 
     def __post_init__(self) -> None:
         p: list[str] = []
@@ -140,7 +143,7 @@ class ControlConfig:
             p.append(f"at_finish={self.at_finish!r} must be one of {', '.join(AT_FINISH)}")
         if self.filter_groups not in FILTERS:
             p.append(f"filter_groups={self.filter_groups!r} must be one of {', '.join(FILTERS)}")
-        _check_int(p, "max_rejected_batches", self.max_rejected_batches, 0)
+        _check_int(p, "max_gen_batches", self.max_gen_batches, 0)
         if not p and self.max_staleness < self.refresh_interval - 1:
             p.append(f"max_staleness={self.max_staleness} is below refresh_interval - 1 = "
                      f"{self.refresh_interval - 1}: actors keep their weights for refresh_interval "
@@ -174,7 +177,7 @@ class ControlConfig:
                    refresh_interval=getattr(mode, "refresh_interval", 1),
                    at_finish=getattr(mode, "at_finish", "cancel"),
                    filter_groups=getattr(algo, "filter_groups", "none"),
-                   max_rejected_batches=getattr(algo, "max_num_gen_batches", 0))
+                   max_gen_batches=getattr(algo, "max_num_gen_batches", 0))
 
 
 def is_colocated(mode: Any) -> bool:
@@ -247,7 +250,7 @@ class ActorsExhausted(RuntimeError):
 
 
 class TooManyRejected(RuntimeError):
-    """Dynamic sampling rejected more groups for one step than ``max_rejected_batches``
+    """Dynamic sampling rejected more groups for one step than ``max_gen_batches``
     generation batches (``algo.max_num_gen_batches``) allow, or the prompts ran out."""
 
 
@@ -509,18 +512,20 @@ class ControlCore:
         return True
 
     def _check_rejections(self) -> None:
-        """``max_rejected_batches``: the run stops once more groups were rejected for the
-        step being filled than that many generation batches of ``global_batch_size``."""
-        b, limit = self.config.global_batch_size, self.config.max_rejected_batches
-        if limit and self._rejected_for_step > limit * b:
+        """``max_gen_batches`` (M): the run stops once a step would need more than M
+        generation batches of ``global_batch_size`` (B) prompts: more than (M - 1) x B
+        groups rejected while it is being filled (MindSpeed-RL: fewer than B accepted
+        after M batches)."""
+        b, most = self.config.global_batch_size, self.config.max_gen_batches
+        if most and self._rejected_for_step > (most - 1) * b:
             step = self.staleness.consumed // b
             raise TooManyRejected(
                 f"dynamic sampling (filter_groups={self.config.filter_groups}) rejected "
                 f"{self._rejected_for_step} prompt groups while step {step} was being filled, more than "
-                f"algo.max_num_gen_batches={limit} x global_batch_size={b}: almost every group's rewards have "
-                f"no spread (all right or all wrong); MindSpeed-RL's DAPO trainer stops here too. Raise "
-                f"algo.max_num_gen_batches (0: no limit), use prompts of a difficulty the policy can tell "
-                f"apart, or set algo.filter_groups=none")
+                f"(algo.max_num_gen_batches={most} - 1) x global_batch_size={b} = {(most - 1) * b}: almost every "
+                f"group's rewards have no spread (all right or all wrong); MindSpeed-RL's DAPO trainer stops here "
+                f"too (\"Generated too many\"). Raise algo.max_num_gen_batches (0: no limit), use prompts of a "
+                f"difficulty the policy can tell apart, or set algo.filter_groups=none")
 
     def _throttled(self) -> bool:
         starving = self.queue.queued_prompts + self.running_prompts < self.config.global_batch_size
