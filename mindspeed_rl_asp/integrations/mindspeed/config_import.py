@@ -848,6 +848,10 @@ def _data_rules(b: _Builder, user_overrides: Sequence[str]) -> None:
         return
     b.set("task", "dataset")   # a task group of the user's (e.g. maze_dataset) replaces it
     b.set("task.path", str(data))
+    if not any(_user_choice(user_overrides, k) for k in ("scheduler.predictor", "task.reference_key", "task")):
+        # MindSpeed-RL's data has no reference responses to plan by: the predictor in the loop
+        # profiles a share of the prompts with the starting policy and predicts the rest.
+        b.set("scheduler.predictor", "ridge")
     if not str(data).endswith((".jsonl", ".parquet", ".json")):
         # MindSpeed-RL's preprocess_data.py: <prefix>_packed_<field>_document.{bin,idx}; the prompt is
         # input_ids (chat template applied when it was preprocessed), the answer the labels column.
