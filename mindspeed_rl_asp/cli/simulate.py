@@ -7,7 +7,9 @@
                                                           experiment, printed beside the paper's
                                                           figure, as study.json and study.png
 
-Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag`` (sim/studies.py).
+Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag`` (sim/studies.py);
+``validation``: every published measurement in configs/validation/cases.yaml beside its
+simulated figure (docs/validation.md).
 Further overrides apply to every row (e.g. ``sim.predictor_spearman=0.6``).
 """
 from __future__ import annotations
@@ -36,6 +38,9 @@ def simulate_command(cfg, argv: list[str]) -> int:
     from ..config.load import make_run_dir
 
     run_dir = make_run_dir(cfg, "simulate")
+    if cfg.sim.study == "validation":
+        extra = [a for a in argv if "=" in a and not a.startswith(("experiment=", "run_dir=", "sim."))]
+        return run_validation(cfg.sim.validation_file, extra, run_dir)
     if cfg.sim.study:
         extra = [a for a in argv if "=" in a and not a.startswith(("experiment=", "run_dir="))]
         return run_study(cfg.sim.study, extra, run_dir)
@@ -46,6 +51,24 @@ def simulate_command(cfg, argv: list[str]) -> int:
     print(describe(cfg.experiment.name or "run", result))
     print(f"simulated {result.steps} steps in {time.time() - start:.2f} s; wrote {run_dir} "
           f"(asp-report {run_dir} draws it)")
+    return 0
+
+
+def run_validation(path: str, extra: list[str], run_dir: Path) -> int:
+    """Every case of the cases file simulated beside its measurement (sim/studies.py)."""
+    import yaml
+
+    from ..config.load import config_dir
+    from ..sim.studies import format_validation, load_cases, validation_rows
+    from .common import UserError
+
+    file = Path(path) if path else config_dir() / "validation" / "cases.yaml"
+    if not file.is_file():
+        raise UserError(f"sim.validation_file={str(file)!r}: no such file")
+    rows = validation_rows(load_cases(yaml.safe_load(file.read_text()) or {}), extra)
+    (run_dir / "validation.json").write_text(json.dumps({"file": str(file), "rows": rows}, indent=2) + "\n")
+    print(format_validation(rows))
+    print(f"wrote {run_dir / 'validation.json'}")
     return 0
 
 

@@ -402,6 +402,8 @@ class SimConfig:
     seed: int = 0
     # The figure of the paper a study row is compared with; set by the study, not by hand.
     study: str = ""
+    # experiment=validation: the cases file ("" : configs/validation/cases.yaml).
+    validation_file: str = ""
 
 
 WEIGHT_TRANSPORTS = ("object_store", "collective", "files")

@@ -37,6 +37,13 @@ class Parallel:
     def dp(self) -> int:
         return max(1, self.devices // self.tp)
 
+    @property
+    def expert_shards(self) -> int:
+        """Ways each expert's weights are split: over the EP group, or without expert
+        parallelism (``ep = 1``) tensor-parallel like the dense layers (vLLM's fused MoE
+        under TP), which needs no all-to-all."""
+        return self.ep if self.ep > 1 else self.tp
+
 
 def parallel_of(model: ModelProfile, devices: int, tp: int | None = None, ep: int | None = None) -> Parallel:
     _require(devices >= 1, "devices", devices, ">= 1")
@@ -85,11 +92,11 @@ def decode_bytes_read(model: ModelProfile, batch: int, kv_tokens: int) -> float:
 def decode_device_bytes(model: ModelProfile, par: Parallel, batch: int, kv_tokens: float) -> float:
     """Bytes one device of the instance reads in a decode step: its share of the dense
     weights (``1 / tp``: data-parallel attention groups each read their own copy), its
-    share of the experts the batch hits (``1 / ep``), and its share of the cache
+    share of the experts the batch hits (``1 / expert_shards``), and its share of the cache
     (``1 / devices``). With ``tp = ep = devices`` this is ``decode_bytes_read / devices``."""
     _require(batch >= 1, "batch", batch, ">= 1")
     experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
-    return (model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.ep
+    return (model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.expert_shards
             + kv_tokens * model.kv_bytes_per_token / par.devices)
 
 

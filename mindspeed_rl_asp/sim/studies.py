@@ -14,7 +14,7 @@ nodes: 776, 288, 216 s. Effective policy lag with 1 T + 3 G nodes: about 3.3 ste
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 MODELS = {"qwen3_30b_a3b": "Qwen3-30B-A3B", "qwen3_32b": "Qwen3-32B"}
 SYSTEMS = {"hybrid": "MindSpeed-RL hybrid", "async_fifo": "verl async", "asp": "ASP"}
@@ -124,3 +124,140 @@ def get_study(name: str) -> Study:
 def ratio(values: dict[str, dict], num: str, den: str, metric: str) -> Optional[float]:
     a, b = values.get(num, {}).get(metric), values.get(den, {}).get(metric)
     return a / b if a and b else None
+
+
+# --------------------------------------------------------------------- validation
+# configs/validation/cases.yaml: published measurements of real systems, each with its
+# source (docs/validation.md). Calibration rows are where a profile constant came from
+# (reproduced by construction); validation rows were fitted to nothing.
+CASE_KINDS = ("calibration", "validation")
+CASE_SCOPES = {"micro": 0.30, "end_to_end": 0.25}      # scope -> target |simulated / measured - 1|
+CASE_QUANTITIES = ("decode_step_s", "refit_s", "iteration_s")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kind: str
+    scope: str
+    system: str
+    setup: str
+    quantity: str
+    measured: float
+    source: str
+    overrides: tuple[str, ...]
+    assumption: str = ""
+    devices: int = 1
+    tp: int = 1
+    ep: int = 1
+    batch: int = 1
+    kv_tokens_per_sequence: int = 0
+
+    @property
+    def target(self) -> float:
+        return CASE_SCOPES[self.scope]
+
+
+def load_cases(raw: Mapping) -> list[Case]:
+    """The rows of a cases file (already parsed), checked: one :class:`ProfileError` that
+    names every bad row and key (a row without a source among them)."""
+    from .profiles import ProfileError
+
+    problems: list[str] = []
+    rows = raw.get("cases") if isinstance(raw, Mapping) else None
+    if not isinstance(rows, list) or not rows:
+        raise ProfileError("the validation cases file has no 'cases:' list of rows")
+    cases, seen = [], set()
+    for i, row in enumerate(rows):
+        where = f"cases[{i}]" + (f" ({row.get('id')})" if isinstance(row, Mapping) and row.get("id") else "")
+        if not isinstance(row, Mapping):
+            problems.append(f"{where} is not a mapping")
+            continue
+        bad = []
+        for key in ("id", "system", "setup", "source"):
+            if not str(row.get(key) or "").strip():
+                bad.append(f"{where}.{key} is missing" + (": every measurement needs its source (a URL or a "
+                                                          "publication)" if key == "source" else ""))
+        if row.get("id") in seen:
+            bad.append(f"{where}.id is repeated")
+        seen.add(row.get("id"))
+        if row.get("kind") not in CASE_KINDS:
+            bad.append(f"{where}.kind={row.get('kind')!r} is not one of {', '.join(CASE_KINDS)}")
+        if row.get("scope") not in CASE_SCOPES:
+            bad.append(f"{where}.scope={row.get('scope')!r} is not one of {', '.join(CASE_SCOPES)}")
+        if row.get("quantity") not in CASE_QUANTITIES:
+            bad.append(f"{where}.quantity={row.get('quantity')!r} is not one of {', '.join(CASE_QUANTITIES)}")
+        measured = row.get("measured")
+        if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not measured > 0:
+            bad.append(f"{where}.measured={measured!r} must be a number > 0 (seconds)")
+        if not isinstance(row.get("overrides", []), list):
+            bad.append(f"{where}.overrides must be a list of config overrides")
+        ints = {}
+        for key in ("devices", "tp", "ep", "batch", "kv_tokens_per_sequence"):
+            value = row.get(key, Case.__dataclass_fields__[key].default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "kv_tokens_per_sequence" else 1):
+                bad.append(f"{where}.{key}={value!r} must be a whole number >= "
+                           f"{0 if key == 'kv_tokens_per_sequence' else 1}")
+            ints[key] = value
+        problems += bad
+        if not bad:
+            cases.append(Case(str(row["id"]), row["kind"], row["scope"], " ".join(str(row["system"]).split()),
+                              " ".join(str(row["setup"]).split()), row["quantity"], float(measured),
+                              " ".join(str(row["source"]).split()), tuple(str(o) for o in row.get("overrides", [])),
+                              " ".join(str(row.get("assumption") or "").split()), **ints))
+    if problems:
+        raise ProfileError(f"{len(problems)} problem(s) in the validation cases:\n"
+                           + "\n".join(f"  - {p}" for p in problems))
+    return cases
+
+
+def simulate_case(case: Case, extra: Sequence[str] = ()) -> float:
+    """The simulator's figure for ``case`` (seconds), from the shipped profiles with the
+    case's overrides (and ``extra``, the command line's)."""
+    from ..config.load import load_config
+    from . import costs
+    from .profiles import engine_profile_from_config, hardware_profile_from_config, model_profile_from_config
+
+    cfg = load_config([*case.overrides, *extra], local_install=False)
+    if case.quantity == "iteration_s":
+        from .run import simulate
+
+        return simulate(cfg).iteration_s
+    model = model_profile_from_config(cfg.model)
+    hardware = hardware_profile_from_config(cfg.hardware)
+    engine = engine_profile_from_config(cfg.engine)
+    if case.quantity == "refit_s":
+        return costs.publish_time(model, engine)
+    return costs.decode_step_time(model, hardware, engine, case.devices, case.batch,
+                                  case.batch * case.kv_tokens_per_sequence, case.tp, case.ep)
+
+
+def validation_rows(cases: Sequence[Case], extra: Sequence[str] = ()) -> list[dict]:
+    rows = []
+    for case in cases:
+        simulated = simulate_case(case, extra)
+        error = simulated / case.measured - 1.0
+        rows.append({"id": case.id, "kind": case.kind, "scope": case.scope, "quantity": case.quantity,
+                     "system": case.system, "measured": case.measured, "simulated": simulated, "error": error,
+                     "target": case.target, "within": abs(error) <= case.target,
+                     "assumption": case.assumption, "source": case.source})
+    return rows
+
+
+def format_validation(rows: Sequence[dict]) -> str:
+    lines = ["## Simulated against published measurements (configs/validation/cases.yaml)", "",
+             "| case | kind | scope | quantity | measured | simulated | error | target | within |",
+             "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['id']} | {r['kind']} | {r['scope']} | {r['quantity']} | {r['measured']:.4g} | "
+                     f"{r['simulated']:.4g} | {r['error']:+.0%} | {r['target']:.0%} | "
+                     f"{'yes' if r['within'] else 'no'} |")
+    misses = [r for r in rows if not r["within"]]
+    if misses:
+        lines += ["", "Misses and the assumption that explains each:"]
+        lines += [f"- {r['id']} ({r['error']:+.0%}): {r['assumption'] or 'no assumption named in the cases file'}"
+                  for r in misses]
+    done = [r for r in rows if r["kind"] == "validation"]
+    lines += ["", f"validation rows within target: {sum(r['within'] for r in done)} of {len(done)} "
+                  f"(calibration rows reproduce the measurement a constant was derived from; they are not evidence)"]
+    return "\n".join(lines)
