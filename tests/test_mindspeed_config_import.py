@@ -594,3 +594,15 @@ def test_a_job_whose_data_is_not_here_fails_at_the_first_read_naming_it(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "task.path='./data': no such file and no preprocessed dataset there" in err[0]
+
+
+@needs_checkout
+def test_the_cli_imports_every_shipped_job_in_one_call(capsys):
+    from mindspeed_rl_asp.cli.import_mindspeed import main
+
+    assert main([str(p) for p in grpo_configs()]) == 2       # the multi-turn job is refused; the others print
+    captured = capsys.readouterr()
+    assert captured.out.count("### ") == 15 and captured.out.count("\nasp-train ") == 14
+    refusals = captured.err.strip().splitlines()
+    assert len(refusals) == 1 and "dapo_qwen25_7b_A2_multi_turn.yaml: MindSpeed-RL key rl_config.multi_turn_enable" \
+        in refusals[0]
