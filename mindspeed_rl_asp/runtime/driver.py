@@ -60,6 +60,11 @@ def ensure_ray(layout, extra_resources: dict | None = None) -> bool:
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
         return True
     devices = layout.nodes * layout.devices_per_node
+    if extra_resources and "NPU" in extra_resources:
+        # Logical NPUs: Ray's NPU detection finds no AscendCL here and logs a traceback for it.
+        import logging
+
+        logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
     ray.init(num_cpus=devices if layout.device_type == "cpu" else None, include_dashboard=False,
              log_to_driver=False, configure_logging=False, resources=extra_resources or None)
     return True
