@@ -266,6 +266,11 @@ def mindspeed_rl_advantage_stage_reads_asp_samples():
             i = g * n + k
             want = ours[i] * (std0 + 1e-6) / (std1 + 1e-6)
             expect(abs(theirs[i] - want) < 1e-5, f"row {i}: MindSpeed-RL {theirs[i]}, ours rescaled {want}")
+    # algo.adv_std=sample (what an imported job gets): MindSpeed-RL's advantages exactly; the
+    # population std makes ours larger by sqrt(n / (n - 1)).
+    sample = group_advantages(rewards, [i // n for i in range(prompts * n)], ddof=1)
+    expect(all(abs(t - s) < 1e-5 for t, s in zip(theirs, sample)), f"ddof=1: {theirs} vs {sample}")
+    expect(all(abs(o) >= abs(t) for o, t in zip(ours, theirs)), "population-std advantages are the larger ones")
     # Every token of a response carries its row's advantage.
     lengths = [int(x) for x in batch["response_length"].reshape(-1)]
     expect(all(torch.allclose(batch["advantages"][i][:lengths[i]], batch["advantages"][i][0].expand(lengths[i]))

@@ -1,47 +1,49 @@
-"""``engine=mindspeed``: the Training Unit drives MindSpeed-RL's own Megatron actor and
-reference workers on the T nodes; generation is this project's vLLM engine on
-vllm-ascend (``engines/vllm_engine.py``, ``engines/vllm_platform.py``) on the G nodes.
+"""``engine=mindspeed``: the Training Unit drives MindSpeed-RL's own GRPO worker group on the T
+nodes; the G nodes generate with this project's vLLM engine on vllm-ascend
+(``engines/vllm_engine.py``, ``engines/vllm_platform.py``), or with ``mindspeed_workers=cpu``
+the hf engine.
+
+Assembly (``job.py``), as MindSpeed-RL's ``cli/train_grpo.py`` does it: Hydra composes the
+job with its ``defaults`` (its ``model/NAME.yaml``); MindSpeed-RL's own
+``parse_training_config`` builds its config classes from the DictConfig sections and runs
+``validate_rl_args``; its KL controller; a ``RayActorGroup`` of ``IntegratedWorker`` ranks
+(actor and reference in one, as its GRPO requires) on placement groups ASP made for the T
+devices (``runtime/placement.mindspeed_worker_bundles``). ``engine.mindspeed_workers=npu``:
+MindSpeed-RL's ``IntegratedWorker`` (Megatron) with ``asp_state_dict`` added;
+``cpu``: ``cpu_workers.CPUIntegratedWorker``, the same methods over the hf engine with
+MindSpeed-RL's loss, so the whole orchestration runs on a machine without NPUs.
 
 How it fits the training-engine protocol (``engines/base.py``): the Training Unit
 (``runtime/training_unit.py``) stays as it is. Each call puts its rows into a
-``GRPOTransferDock`` sized to the call (``queue.DockLayout``: sample ``i`` is row ``i``)
-with the columns MindSpeed-RL's stages read, runs the stage on every worker of the
-group, and reads the stage's output column back:
+``GRPOTransferDock`` sized to the call (sample ``i`` is row ``i``) with the columns
+MindSpeed-RL's stages read, runs the stage on every rank of the group, and reads the
+stage's output column back:
 
-* ``logprobs``   -> ``RayActorGroup(ActorHybridWorker).compute_log_prob`` -> ``old_log_prob``
-* reference      -> ``RayActorGroup(ReferenceWorker).compute_ref_log_prob`` -> ``ref_log_prob``
+* ``logprobs``   -> ``compute_log_prob`` -> ``old_log_prob``
+* reference      -> ``compute_ref_log_prob`` (the integrated worker's reference) -> ``ref_log_prob``
 * ``train_step`` -> the batch's ``advantages`` (this project's GRPO advantages,
-  ``algo/grpo.group_advantages``: MindSpeed-RL's ``group_norm`` divides by the sample
-  std (ddof=1) where ours divides by the population std, so ours are smaller by
-  sqrt((n-1)/n); the contract test runs its advantage stage on our samples and checks
-  exactly that relation),
-  ``old_log_prob`` (the behaviour or proximal log-probs) and ``ref_log_prob`` go into the
-  dock, then ``update(kl_ctrl=None, skip_actor_log_prob=False)``. The loss is MindSpeed-RL's own
-  (``GRPOActorLossFunc`` with ``clip_ratio``, ``kl_penalty``, ``entropy_coeff`` of its
-  ``rl_config``); ``loss_fn`` is not used, and the metrics say so.
-* ``state_tensors`` / ``export_weights`` -> every actor rank's Megatron parameters
-  (``asp_state_dict``, a method the ``ActorHybridWorker`` subclass below adds), mapped to
-  Hugging Face names and shapes by ``weight_map.megatron_to_hf``. The Training Unit sends
-  that through the weight transport it is configured with: ``weights.transport=collective``
-  is ``weights/collective.py`` over HCCL on NPUs (``layout.device_type=npu``), loaded by
+  ``algo/grpo.group_advantages``; with ``algo.adv_std=sample``, what an imported job gets,
+  they equal MindSpeed-RL's ``group_norm``, which divides by the sample std; the population
+  std makes them larger by sqrt(n / (n - 1))), the run's off-policy correction folded in
+  (``importance_weighted_advantages``: per-token ``A * min(exp(proximal - behaviour), cap)``
+  with the proximal log-probs as ``old_log_prob``; the clipped objective is positively
+  homogeneous in ``A``, so MindSpeed-RL's loss computes this project's TIS loss exactly),
+  and ``ref_log_prob`` go into the dock, then ``update(kl_ctrl, skip_actor_log_prob=False)``
+  with MindSpeed-RL's own KL controller. The loss is MindSpeed-RL's ``GRPOActorLossFunc``;
+  ``loss_fn`` is not used, and the metrics say so.
+* ``state_tensors`` / ``export_weights`` -> every rank's Megatron parameters
+  (``asp_state_dict``), mapped to Hugging Face names and shapes by
+  ``weight_map.megatron_to_hf``. The Training Unit sends that through its weight transport
+  (``weights.transport=collective``: ``weights/collective.py`` over HCCL on NPUs), loaded by
   the vLLM actors with vLLM's own ``load_weights`` (which fuses q/k/v and gate/up again).
 
-Configuration: ``engine.mindspeed_config`` names the MindSpeed-RL YAML (its
-``megatron_training`` / ``actor_config`` / ``ref_config`` / ``rl_config`` /
-``generate_config`` / ``model`` sections, ``integrations/mindspeed/config_import.py``
-reads the same file); the model provider, Megatron initialisation and module getter are
-MindSpeed-RL's own, from its checkout's ``cli/train_grpo.py``
-(``gpt_model_provider``, ``initialize_megatron``, ``get_megatron_module``).
-
-What has run and what has not (this machine has no NPU): the constructor signatures and
-methods this module calls are checked against the real classes (``check_mindspeed_api``,
-tests/test_mindspeed_contract.py with a checkout: ``inspect.signature``), the dock calls
-run for real on a local Ray (same test), and the weight map is tested everywhere. The
-rest is written against MindSpeed-RL's API and has NOT run: building the workers
-(``RayActorGroup(...).initialize()``: Megatron init, HCCL groups, the model on NPUs, the
-colocated vLLM that MindSpeed-RL's actor builds in ``initialize`` and this engine never
-uses for generation), ``compute_log_prob`` / ``compute_ref_log_prob`` / ``update`` on
-real ranks, and ``asp_state_dict`` on a real Megatron model.
+What has run (tests/test_mindspeed_cpu_path.py, tests/test_mindspeed_contract.py, against
+the MindSpeed-RL snapshot): all of the above with ``mindspeed_workers=cpu`` (real
+MindSpeed-RL classes: config classes, validate_rl_args, RayActorGroup, GRPOTransferDock, KL
+controllers, GRPOActorLossFunc's loss); with ``npu``, only what the signatures check
+(``check_mindspeed_api``) covers: Megatron init, HCCL groups, MindSpeed-RL's
+``IntegratedWorker`` methods on real ranks and ``asp_state_dict`` on a Megatron model have
+NOT run (no NPU here).
 
 Importing this module imports nothing of MindSpeed-RL, Megatron or torch_npu; the class
 below imports them when it is built.
