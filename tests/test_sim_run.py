@@ -177,3 +177,29 @@ def test_a_simulated_engine_is_numbers_not_a_local_install(tmp_path, capsys):
     assert json.loads((tmp_path / "sim_result.json").read_text())["steps"] == 2
     cfg = load_config(overrides, local_install=False)
     assert cfg.engine.device == "cuda"
+
+
+def test_mindspeed_rl_throughput_and_the_latency_bound_by_hand(tmp_path):
+    """MindSpeed-RL's e2e_tps (compute_tps, log_max_throughput=True): per step (max prompt +
+    max response) x samples, over world size and time; the latency bound: each step's
+    longest response decoded alone, over max_staleness + 1 steps in flight."""
+    from mindspeed_rl_asp.sim.batching import decode_steps_time, lone_sequence_time
+    from mindspeed_rl_asp.sim.costs import prefill_time
+
+    cfg = load_config(["experiment=table3_qwen3_30b_a3b_asp", *SHORT])
+    result = simulate(cfg, tmp_path)
+    steps = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 4
+    world = 64
+    padded = sum(m["samples"] * (m["prompt_length_max"] + m["response_length_max"]) for m in steps)
+    assert result.mindspeed_e2e_tps == pytest.approx(padded / world / result.total_s)
+    assert result.mindspeed_e2e_tps_mean == pytest.approx(sum(m["trained_tokens"] for m in steps) / world
+                                                          / result.total_s)
+    inst = setup_from_config(cfg).instance
+    alone = [lone_sequence_time(inst, m["prompt_length_max"], m["response_length_max"]) for m in steps]
+    assert result.latency_bound_s == pytest.approx(sum(alone) / 4 / (cfg.mode.max_staleness + 1))
+    p, r = steps[0]["prompt_length_max"], steps[0]["response_length_max"]
+    assert alone[0] == pytest.approx(prefill_time(inst.model, inst.hardware, inst.devices, p)
+                                     + decode_steps_time(inst, 1, r - 1, p + 1, 1))
+    assert result.bound_by == ("tail" if result.latency_bound_s > result.lower_bound_s else "throughput")
+    assert result.iteration_s >= result.latency_bound_s

@@ -181,6 +181,17 @@ def minibatch_timing(inst: Instance, prompt_lengths: Sequence[int], response_len
     return BATCHING[inst.engine.batching](inst, prompt_lengths, response_lengths)
 
 
+def lone_sequence_time(inst: Instance, prompt_tokens: int, response_tokens: int) -> float:
+    """Seconds for one sequence decoding alone on the instance (batch 1): its prefill and
+    ``response - 1`` decode steps with its cache growing by one token a step. No
+    scheduling of other work can make a minibatch that holds it end sooner: the latency
+    bound of docs/simulator.md."""
+    if response_tokens <= 0:
+        return 0.0
+    return (_prefill(inst, max(prompt_tokens, 1))
+            + decode_steps_time(inst, 1, response_tokens - 1, prompt_tokens + 1, 1))
+
+
 def full_batch_token_rate(inst: Instance, mean_prompt: float, mean_response: float) -> float:
     """Tokens/s of an instance whose running batch is always full (``max_num_seqs``, or
     what the KV cache holds at the mean sequence length), the cache at its mean fill,

@@ -134,6 +134,7 @@ class SimCluster:
                 ages[action.step - v] = ages.get(action.step - v, 0) + n
             metrics = {"samples": len(lengths), "response_tokens": sum(lengths),
                        "response_length_mean": sum(lengths) / max(len(lengths), 1), "trained_tokens": tokens,
+                       "response_length_max": max(lengths, default=0), "prompt_length_max": max(prompts, default=0),
                        "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
                        "policy_age_mean": sum(k * v for k, v in ages.items()) / max(len(lengths), 1),
                        "policy_age_max": max(ages, default=0)}

@@ -18,7 +18,7 @@ from typing import Mapping, Optional
 
 from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
 from ..control.loop import Done, Fanout, Observer, drive
-from .batching import Instance, full_batch_token_rate
+from .batching import Instance, full_batch_token_rate, lone_sequence_time
 from .cluster import SimCluster, SimSetup
 from .costs import (gradient_sync_time, kv_capacity_tokens, load_bandwidth, offload_bytes_per_device, publish_time,
                     training_time)
@@ -136,6 +136,7 @@ class SimStats(Observer):
         self.train_busy = 0.0
         self.gen_busy = [0.0] * num_actors
         self.tokens = 0
+        self.step_lengths: list[tuple[int, int, int, int]] = []  # (samples, trained tokens, max prompt, max response)
         self.ages: dict[int, int] = {}
         self.queue_area = 0.0
         self.queue_max = 0
@@ -157,6 +158,10 @@ class SimStats(Observer):
                 self.gen_busy[action.actor] += t - start
             elif isinstance(action, TrainStep):
                 self.train_busy += t - start
+                m = getattr(event.info, "metrics", None) or {}
+                if "trained_tokens" in m:
+                    self.step_lengths.append((m["samples"], m["trained_tokens"], m.get("prompt_length_max", 0),
+                                              m.get("response_length_max", 0)))
                 for v in action.versions:
                     self.ages[action.step - v] = self.ages.get(action.step - v, 0) + 1
             elif isinstance(action, Publish):
@@ -204,6 +209,19 @@ class SimResult:
     devices: int
     at_finish: dict = field(default_factory=dict)
     dynamic_sampling: dict = field(default_factory=dict)
+    # MindSpeed-RL's own throughput (mindspeed_rl/utils/utils.compute_tps, its default
+    # log_max_throughput=True): (max prompt + max response length) x samples of a step over
+    # world size and the step's time, world = every device of the layout; ``_mean``: with
+    # mean lengths (log_max_throughput=False); ``vllm``: over the rollout time instead
+    # (the busiest generation instance's busy time).
+    mindspeed_e2e_tps: float = 0.0
+    mindspeed_e2e_tps_mean: float = 0.0
+    mindspeed_vllm_tps: float = 0.0
+    # The tail: each step's longest response decoded alone, over the pipeline depth the
+    # staleness bound allows (max_staleness + 1 steps in flight); ``bound_by`` says which
+    # of the zero-bubble bound and this one is larger.
+    latency_bound_s: float = 0.0
+    bound_by: str = ""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -304,6 +322,13 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
     bound, gen_bound, train_bound = lower_bounds(cfg, setup, workload)
     consumed = sum(stats.ages.values())
     padded = sum(t.capacity * t.decode_steps for t in timings)
+    world = devices
+    max_tokens = sum(n * (p + r) for n, _, p, r in stats.step_lengths)
+    mean_tokens = sum(tok for _, tok, _, _ in stats.step_lengths)
+    rollout = max(stats.gen_busy, default=0.0)
+    depth = cfg.mode.max_staleness + 1
+    latency = (sum(lone_sequence_time(setup.instance, p, r) for _, _, p, r in stats.step_lengths)
+               / max(len(stats.step_lengths), 1) / depth)
     return SimResult(
         mode=cfg.mode.name, scheduler=cfg.scheduler.name, steps=len(ends), total_s=total,
         iteration_s=total / max(len(ends), 1), iteration_times=iterations,
@@ -322,7 +347,12 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         slot_bubble=_weighted(timings, "slot_bubble", lambda t: t.capacity * t.decode_steps, padded),
         tail_share=sum(t.tail_s for t in timings) / max(sum(t.duration for t in timings), 1e-12),
         num_actors=setup.num_actors, gen_devices=gen_devices, train_devices=setup.train_devices, devices=devices,
-        at_finish=outcome.summary(), dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome))
+        at_finish=outcome.summary(),
+        mindspeed_e2e_tps=max_tokens / world / total if total else 0.0,
+        mindspeed_e2e_tps_mean=mean_tokens / world / total if total else 0.0,
+        mindspeed_vllm_tps=max_tokens / world / rollout if rollout else 0.0,
+        latency_bound_s=latency, bound_by="tail" if latency > bound else "throughput",
+        dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome))
 
 
 def _weighted(timings, attr: str, weight, total_weight: float) -> float:
