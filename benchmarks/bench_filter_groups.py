@@ -1,7 +1,9 @@
 """Effective tokens/s with and without DAPO's dynamic sampling (``algo.filter_groups``).
 
-Not a test. Two real ``asp-train`` runs on the tiny maze task, same seed, prompts and
-steps: ``algo.filter_groups=none`` and ``std``. The tiny policy solves some small mazes
+Not a test. Three real ``asp-train`` runs on the tiny maze task, same seed, prompts and
+steps: ``algo.filter_groups=none``, ``std`` on the accuracy reward (``acc``, DAPO's default
+metric) and ``std`` on the total reward (``algo.filter_groups_metric=reward``: exactly the
+groups whose advantages are not all 0). The tiny policy solves some small mazes
 every time and fails the bigger ones every time, so many groups are all-correct or
 all-wrong: their advantages are all 0 and they train nothing. Per run::
 
@@ -37,7 +39,10 @@ from bench_modes import run_one  # noqa: E402  (the runner every real-run benchm
 BASE = ["task.num_prompts=16", "rl.global_batch_size=4", "rl.mini_batch_size=4", "rl.n_samples_per_prompt=4",
         "rl.micro_batch_size=8", "generate.sampling_config.max_tokens=64", "scheduler.base_batch_size=2",
         "scheduler.group_size=2", "mode.queue_capacity=48", "eval.num_prompts=0", "scheduler=asp", "mode=async"]
-RUNS = [("filter_groups=none", ["algo.filter_groups=none"]), ("filter_groups=std", ["algo.filter_groups=std"])]
+# std filters on the accuracy reward (DAPO's and MindSpeed-RL's default metric, acc), or on
+# the total reward, which is what makes a group's advantages nonzero (the effective tokens).
+RUNS = [("none", ["algo.filter_groups=none"]), ("std-acc", ["algo.filter_groups=std"]),
+        ("std-reward", ["algo.filter_groups=std", "algo.filter_groups_metric=reward"])]
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -80,10 +85,11 @@ def main() -> None:
         print(f"| {tag} | {f['steps']} | {f['wall_s']:.1f} | {f['effective_tokens_per_s']:.1f} | "
               f"{f['generated_tokens_per_s']:.1f} | {f['informative_share']:.0%} | {f['rejected_groups']} | "
               f"{f['extra_minibatches']} | {f['correctness']:.3f} |")
-    base, filt = rows[0][1], rows[1][1]
-    print(f"\neffective tokens/s, std / none: {filt['effective_tokens_per_s'] / base['effective_tokens_per_s']:.2f}x "
-          f"(effective tokens per step: {base['effective_tokens'] / base['steps']:.0f} vs "
-          f"{filt['effective_tokens'] / filt['steps']:.0f})")
+    base = rows[0][1]
+    for tag, f in rows[1:]:
+        print(f"\neffective tokens/s, {tag} / none: {f['effective_tokens_per_s'] / base['effective_tokens_per_s']:.2f}x "
+              f"(effective tokens per step: {f['effective_tokens'] / f['steps']:.0f} vs "
+              f"{base['effective_tokens'] / base['steps']:.0f})")
 
 
 if __name__ == "__main__":
