@@ -26,7 +26,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..config.load import make_run_dir
-    from ..runtime.placement import plan_placement, trainer_holds_devices
+    from ..runtime.placement import plan_placement, trainer_holds_devices, worker_groups_of
 
     from ..schedule.configured import configured_task
 
@@ -40,6 +40,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
         resume = find_resume_point(cfg.resume)
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
                                trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
+    worker_groups = worker_groups_of(cfg.engine.name, cfg.mode.name, OmegaConf.to_object(cfg.layout))
     # The task first: a bad file, field, row or reward stops here, before the run directory exists.
     # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
     # loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).
@@ -60,14 +61,14 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
         console.print(f"resume {cfg.resume} from {resume.path.name}: version {control.version}, "
                       f"{cfg.steps - control.version} of {cfg.steps} steps left, {len(control.consumed)} prompt "
                       "groups trained; queued samples are regenerated with the resumed weights")
-        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
+        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(worker_groups)}")
         return 0
     if dry_run:
         from ..runtime.planning import make_control_core, plan_run
 
         plan, epochs, minibatches = plan_run(cfg, task.prompts)
         make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
-        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe()}")
+        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(worker_groups)}")
         console.print(describe_weights(cfg))
         console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "

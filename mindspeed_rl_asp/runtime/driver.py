@@ -227,7 +227,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .distributed import connect_trainer_ranks
     from .planning import make_control_core
     from .ray_cluster import RayCluster
-    from .placement import plan_placement, trainer_holds_devices
+    from .placement import plan_placement, trainer_holds_devices, worker_groups_of
     from .recorder import RunRecorder, dynamic_sampling_summary
     from .replan import make_epoch_observer
     from .transport import make_transport
@@ -276,7 +276,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             if multi_node:   # bundle k on the machine started as layout node k
                 placement = plan_placement(layout, cfg.mode.name, pin_nodes=True, ranks=cfg.train.ranks,
                                            trainer_holds_devices=own_devices)
-            (run_dir / "placement.txt").write_text(placement.describe() + "\n")
+            (run_dir / "placement.txt").write_text(
+                placement.describe(worker_groups_of(cfg.engine.name, cfg.mode.name, layout)) + "\n")
             pg = placement_group(list(placement.bundles), strategy="PACK")
             ray.get(pg.ready())
             generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task)

@@ -50,9 +50,29 @@ class Placement:
         """Trainer rank 0 (the only one unless ``train.ranks`` > 1)."""
         return self.trainers[0]
 
-    def describe(self) -> str:
-        shape = {k: v for k, v in self.bundles[0].items() if not k.startswith("asp_node_")}
-        lines = [f"{len(self.bundles)} node bundle(s) of {shape}"]
+    def describe(self, worker_groups: list | None = None) -> str:
+        """What runs where; ``worker_groups``: MindSpeed-RL's worker group placement
+        (:func:`mindspeed_worker_bundles`, engine=mindspeed), listed after ASP's own."""
+        text = self._describe_roles()
+        if worker_groups:
+            devices = sum(len(g) for g in worker_groups)
+            text += (f"\n  MindSpeed-RL worker group (RayActorGroup of IntegratedWorker ranks): {devices} rank(s), "
+                     f"{len(worker_groups)} placement group(s) of {len(worker_groups[0])} NPU bundle(s), T nodes "
+                     f"0-{len(worker_groups) - 1}")
+        return text
+
+    def _describe_roles(self) -> str:
+        shapes: list[tuple[dict, int]] = []   # (shape, how many bundles in a row have it)
+        for bundle in self.bundles:
+            shape = {k: v for k, v in bundle.items() if not k.startswith("asp_node_")}
+            if shapes and shapes[-1][0] == shape:
+                shapes[-1] = (shape, shapes[-1][1] + 1)
+            else:
+                shapes.append((shape, 1))
+        if len(shapes) == 1:
+            lines = [f"{len(self.bundles)} node bundle(s) of {shapes[0][0]}"]
+        else:
+            lines = [f"{len(self.bundles)} node bundle(s): " + ", ".join(f"{n} of {shape}" for shape, n in shapes)]
         if len(self.trainers) == 1:
             lines.append(f"  trainer + control unit: node {self.trainer.bundle} "
                          f"({self.trainer.amount:g} {self.trainer.resource or self.resource})"
@@ -222,3 +242,10 @@ def mindspeed_worker_bundles(layout, mode_name: str, cpus_per_device: float, pin
         cpus = {"CPU": float(cpus_per_device)} if cpus_per_device > 0 else {}
         groups.append([{"NPU": 1.0, **cpus, **marker} for _ in range(per_node)])
     return groups
+
+
+def worker_groups_of(engine_name: str, mode_name: str, layout) -> list[list[dict]] | None:
+    """MindSpeed-RL's worker group placement for ``describe`` (None: the engine has none)."""
+    if trainer_holds_devices(engine_name, mode_name):
+        return None
+    return mindspeed_worker_bundles(layout, mode_name, cpus_per_device=0.0)
