@@ -25,6 +25,7 @@ from mindspeed_rl_asp.control.loop import Done, Loop, apply_event
 from mindspeed_rl_asp.control.rejection import rejected_groups
 
 from test_control_properties import Shell, budgeted_chooser, check_ledger, setups
+from test_replan import ReplanShell
 
 SPREAD, FLAT = (0.0, 1.0), (1.0, 1.0)
 
@@ -309,3 +310,32 @@ def test_apply_event_passes_rewards_to_the_core():
     assert core.ledger().rejected == {"p0"}
     assert isinstance(core.poll()[0], Generate)
     assert Finish(0).rejected == ()
+
+
+class RejectReplanShell(RejectShell, ReplanShell):
+    """Rejections and re-plans at random points together, with ReplanShell's checks too
+    (no prompt dispatched twice, dispatched minibatches never change, a refused re-plan
+    changes nothing)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.dispatched, self.retried, self.replans, self.refusals = {}, set(), 0, 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups(), seed=st.integers(0, 2**16), rate=st.sampled_from([0.3, 0.8]), cap=st.integers(1, 12),
+       replan_rate=st.sampled_from([0.1, 0.5]))
+def test_rejections_and_replans_together_keep_every_invariant(setup, seed, rate, cap, replan_rate):
+    rng = random.Random(seed)
+    shell = RejectReplanShell(*setup, chooser=random_chooser(seed, fail_rate=0.2, max_failures=2),
+                              reject_rate=rate, max_rejections=cap, seed=seed)
+    budget = 8 * (len(shell.initial) * (2 + cap) + shell.core.total_steps + shell.cfg.num_actors) + 50
+    while True:
+        if rng.random() < replan_rate:
+            shell.replan(rng, keep_sizes=rng.random() < 0.5)
+        if not shell.advance():
+            break
+        budget -= 1
+        assert budget > 0, f"no progress: {shell.core.snapshot()}"
+    shell.check_finish()
+    assert len(shell.consumed) == len(set(shell.consumed))
