@@ -606,3 +606,27 @@ def test_the_cli_imports_every_shipped_job_in_one_call(capsys):
     refusals = captured.err.strip().splitlines()
     assert len(refusals) == 1 and "dapo_qwen25_7b_A2_multi_turn.yaml: MindSpeed-RL key rl_config.multi_turn_enable" \
         in refusals[0]
+
+
+def test_hccl_buffersize_is_the_drivers_environment(tmp_path, monkeypatch):
+    """MindSpeed-RL's cli/train_grpo.py exports HCCL_BUFFSIZE from rl_config.hccl_buffersize:
+    a run started from the job does the same unless the variable is set already."""
+    from mindspeed_rl_asp.integrations.mindspeed.config_import import expand_mindspeed_config
+
+    j = job()
+    j["rl_config"]["hccl_buffersize"] = 640
+    assert run(j).env == {"HCCL_BUFFSIZE": "640"} and "HCCL_BUFFSIZE=640" in run(j).describe()
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "demo_qwen3.yaml").write_text(yaml.safe_dump(MODEL_GROUP))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(j))
+    monkeypatch.setenv("HCCL_BUFFSIZE", "")                  # recorded, so that the test leaves it as it was
+    monkeypatch.delenv("HCCL_BUFFSIZE")
+    expand_mindspeed_config(["--mindspeed-config", str(tmp_path / "job.yaml")], out=open(os.devnull, "w"))
+    assert "HCCL_BUFFSIZE" not in os.environ                 # only a run that starts actors sets it
+    expand_mindspeed_config(["--mindspeed-config", str(tmp_path / "job.yaml")], out=open(os.devnull, "w"),
+                            apply_env=True)
+    assert os.environ["HCCL_BUFFSIZE"] == "640"
+    monkeypatch.setenv("HCCL_BUFFSIZE", "512")               # the operator's value wins
+    expand_mindspeed_config(["--mindspeed-config", str(tmp_path / "job.yaml")], out=open(os.devnull, "w"),
+                            apply_env=True)
+    assert os.environ["HCCL_BUFFSIZE"] == "512"

@@ -49,8 +49,37 @@ def wait_for_layout(layout, mode_name: str, head: str, timeout_s: float) -> int:
     return 0
 
 
+def import_job(job: str, overrides: list[str]):
+    """(the composed overrides, the driver's extra arguments, the job's environment) of a
+    MindSpeed-RL job: launch the layout its import maps to; the driver imports it again."""
+    from ..integrations.mindspeed.config_import import import_file, merge_overrides
+
+    result = import_file(job, None, overrides)
+    return merge_overrides(result.overrides, overrides), ["--mindspeed-config", str(job)], dict(result.env)
+
+
+def launch_environment(cfg, job_env: dict) -> tuple[dict, dict, list[str]]:
+    """(every node's variables, the driver's, notes). engine=mindspeed runs MindSpeed-RL's
+    code in Ray workers on every node: its checkout (``MINDSPEED_RL_CHECKOUT``, where the
+    operator set it) goes to each ``ray start``. The job's own variables (HCCL_BUFFSIZE from
+    rl_config.hccl_buffersize, as MindSpeed-RL's cli/train_grpo.py sets it) go to the driver,
+    unless the operator set them (the operator's value wins, as in npu_actor_env)."""
+    import importlib.util
+    import os
+
+    nodes, notes = {}, []
+    if cfg.engine.name == "mindspeed":
+        if os.environ.get("MINDSPEED_RL_CHECKOUT"):
+            nodes["MINDSPEED_RL_CHECKOUT"] = os.environ["MINDSPEED_RL_CHECKOUT"]
+        elif importlib.util.find_spec("mindspeed_rl") is None:
+            notes.append("# note: engine=mindspeed runs MindSpeed-RL on every node; set MINDSPEED_RL_CHECKOUT=DIR "
+                         "(its checkout, the same path on every node) before asp-launch and it is passed to each "
+                         "ray start and the driver")
+    return nodes, {k: v for k, v in job_env.items() if k not in os.environ}, notes
+
+
 def main(argv=None) -> int:
-    from .common import UserError, run_command
+    from .common import UserError, expected_errors, run_command
 
     argv = list(sys.argv[1:] if argv is None else argv)
     node = _take(argv, "--node", with_value=True)
@@ -62,22 +91,18 @@ def main(argv=None) -> int:
     job = _take(argv, "--mindspeed-config", with_value=True)
     head = next((a.split("=", 1)[1] for a in argv if a.startswith("head=")), None)
     overrides = [a for a in argv if not a.startswith("head=")]
-    driver_extra, composed = [], overrides
-    if job is not None:  # a MindSpeed-RL job: launch the layout its import maps to, the driver imports it again
-        from ..integrations.mindspeed.config_import import import_file, merge_overrides
-        from .common import expected_errors
-
+    driver_extra, composed, job_env = [], overrides, {}
+    if job is not None:
         try:
-            composed = merge_overrides(import_file(job, None, overrides).overrides, overrides)
+            composed, driver_extra, job_env = import_job(job, overrides)
         except expected_errors() as error:
             print(f"asp-launch: error: {error}", file=sys.stderr)
             return 2
-        driver_extra = ["--mindspeed-config", str(job)]
 
     def launch(cfg) -> int:
         from omegaconf import OmegaConf
 
-        from ..runtime.launch import WAIT_TIMEOUT_S, describe_wait, launch_commands, wait_command
+        from ..runtime.launch import WAIT_TIMEOUT_S, launch_commands
 
         if not head:
             raise UserError("give the head node's address: head=HOST (the machine of layout node 0)")
@@ -86,8 +111,10 @@ def main(argv=None) -> int:
         except (TypeError, ValueError):
             raise UserError(f"--wait-timeout must be a number of seconds, got {timeout!r}") from None
         layout = OmegaConf.to_object(cfg.layout)
-        driver_overrides = driver_extra + [a for a in overrides if not a.startswith(("layout=", "mode="))]
-        nodes, driver = launch_commands(layout, cfg.mode.name, head, driver_overrides)
+        # The layout and the mode are the driver command's own (launch_commands writes them).
+        driver_overrides = driver_extra + [a for a in overrides if not a.startswith(("layout=", "layout.", "mode="))]
+        node_env, driver_env, notes = launch_environment(cfg, job_env)
+        nodes, driver = launch_commands(layout, cfg.mode.name, head, driver_overrides, node_env, driver_env)
         if node is not None:
             if not 0 <= node < len(nodes):
                 raise UserError(f"--node must be one of 0..{len(nodes) - 1} for layout {layout.name}")
@@ -99,15 +126,23 @@ def main(argv=None) -> int:
                 return ready
             print(driver, flush=True)
             return subprocess.call(driver, shell=True)
-        print(f"# layout {layout.name}: {layout.nodes} x {layout.devices_per_node} {layout.accelerator}, "
-              f"mode={cfg.mode.name}")
-        for n in nodes:
-            print(f"# node {n.node} ({n.units})\n{n.command}")
-        print(f"# then, on the head (node 0): {describe_wait(layout, cfg.mode.name)}, then start the driver\n"
-              f"{wait_command(layout, cfg.mode.name, head, timeout_s)} && \\\n  {driver}")
+        print_plan(layout, cfg.mode.name, head, timeout_s, nodes, driver, notes)
         return 0
 
     return run_command("asp-launch", __doc__.strip().splitlines()[0], launch, composed)
+
+
+def print_plan(layout, mode_name: str, head: str, timeout_s: float, nodes, driver: str, notes) -> None:
+    """The dry run: every node's command, then the head's wait and the driver."""
+    from ..runtime.launch import describe_wait, wait_command
+
+    print(f"# layout {layout.name}: {layout.nodes} x {layout.devices_per_node} {layout.accelerator}, mode={mode_name}")
+    for line in notes:
+        print(line)
+    for n in nodes:
+        print(f"# node {n.node} ({n.units})\n{n.command}")
+    print(f"# then, on the head (node 0): {describe_wait(layout, mode_name)}, then start the driver\n"
+          f"{wait_command(layout, mode_name, head, timeout_s)} && \\\n  {driver}")
 
 
 if __name__ == "__main__":

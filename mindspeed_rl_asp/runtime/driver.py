@@ -226,7 +226,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
     from .planning import make_control_core
-    from .ray_cluster import RayCluster
+    from .ray_cluster import RayCluster, RejectedPayloads
     from .placement import plan_placement, trainer_holds_devices, worker_groups_of
     from .recorder import RunRecorder, dynamic_sampling_summary
     from .replan import make_epoch_observer
@@ -247,7 +247,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
     placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
-    core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset)
+    core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset,
+                             taken=prior.consumed)
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -308,7 +309,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                         lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]))
             # Per-epoch rank quality and bubbles; with scheduler.refit, re-plans later epochs.
             replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
-            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer))
+            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster)))
             while loop.advance():
                 pass
             outcome = loop.outcome

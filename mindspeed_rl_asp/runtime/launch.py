@@ -90,17 +90,18 @@ LAYOUT_KEYS = ("name", "device_type", "accelerator", "nodes", "devices_per_node"
 
 
 def layout_arguments(layout, shipped: Optional[Mapping[str, Mapping]] = None) -> list[str]:
-    """How a command names ``layout``: ``layout=NAME`` when configs/layout/NAME.yaml is this
-    layout, else every key (a layout made from an NPU count by the MindSpeed-RL import has
-    no file). ``shipped``: the layout files by name (default: read from configs/)."""
+    """How a command names ``layout``: ``layout=NAME`` when configs/layout/NAME.yaml exists,
+    then the keys where this layout differs from that file; else every key (a layout made
+    from an NPU count by the MindSpeed-RL import has no file). ``shipped``: the layout files
+    by name (default: read from configs/)."""
     if shipped is None:
         from ..integrations.mindspeed.config_import import shipped_layouts
 
         shipped = shipped_layouts()
     file = shipped.get(layout.name)
-    if file is not None and all(file.get(k, getattr(layout, k)) == getattr(layout, k) for k in LAYOUT_KEYS):
-        return [f"layout={layout.name}"]
-    return [f"layout.{k}={shlex.quote(str(getattr(layout, k)))}" for k in LAYOUT_KEYS]
+    keys = [k for k in LAYOUT_KEYS if file is None or file.get(k, getattr(layout, k)) != getattr(layout, k)]
+    return ([f"layout={layout.name}"] if file is not None else []) + [
+        f"layout.{k}={shlex.quote(str(getattr(layout, k)))}" for k in keys]
 
 
 def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = WAIT_TIMEOUT_S) -> str:
@@ -110,18 +111,28 @@ def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = W
                      f"--wait-timeout={timeout_s:g}"])
 
 
-def launch_commands(layout, mode_name: str, head_address: str, overrides: list[str]) -> tuple[list[NodeCommand], str]:
+def _env_prefix(env: Optional[Mapping[str, str]]) -> list[str]:
+    return [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
+
+
+def launch_commands(layout, mode_name: str, head_address: str, overrides: list[str],
+                    node_env: Optional[Mapping[str, str]] = None,
+                    driver_env: Optional[Mapping[str, str]] = None) -> tuple[list[NodeCommand], str]:
     """(one ``ray start`` per layout node, the driver command for the head; run
-    :func:`wait_command` before it)."""
+    :func:`wait_command` before it). ``node_env``: variables every node's Ray processes
+    need (their workers inherit them from ``ray start``), written before each ``ray
+    start`` and the driver; ``driver_env``: variables of the driver only (its actors get
+    them through runtime/placement.npu_actor_env)."""
     nodes = []
     for k in range(used_nodes(layout, mode_name)):
         flags = _device_flags(layout) + [f"--resources={shlex.quote(_resources(layout, k))}"]
         if k == 0:
-            cmd = ["ray", "start", "--head", f"--port={RAY_PORT}", *flags]
+            cmd = [*_env_prefix(node_env), "ray", "start", "--head", f"--port={RAY_PORT}", *flags]
         else:
-            cmd = ["ray", "start", f"--address={head_address}:{RAY_PORT}", *flags]
+            cmd = [*_env_prefix(node_env), "ray", "start", f"--address={head_address}:{RAY_PORT}", *flags]
         nodes.append(NodeCommand(k, "head" if k == 0 else "worker", node_units(layout, mode_name, k), " ".join(cmd)))
-    driver = " ".join([f"RAY_ADDRESS={head_address}:{RAY_PORT}", "asp-train", *layout_arguments(layout),
+    driver = " ".join([*_env_prefix({**(node_env or {}), **(driver_env or {})}), f"RAY_ADDRESS={head_address}:{RAY_PORT}",
+                       "asp-train", *layout_arguments(layout),
                        f"mode={mode_name}", *map(shlex.quote, overrides)])
     return nodes, driver
 

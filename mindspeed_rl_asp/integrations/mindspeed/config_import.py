@@ -140,6 +140,10 @@ class ImportResult:
     model_group: str
     source: str = ""                 # the YAML the job came from (for messages)
     parallel: Mapping[str, int] = field(default_factory=dict)
+    # Environment variables the job sets (MindSpeed-RL's cli/train_grpo.py sets HCCL_BUFFSIZE from
+    # rl_config.hccl_buffersize); expand_mindspeed_config puts them in the driver's environment
+    # unless already set there, asp-launch writes them before the driver command.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def describe_layout(self) -> str:
         lay, p = self.layout, self.parallel
@@ -177,6 +181,9 @@ class ImportResult:
                      "speed or bookkeeping only, what this project does anyway, or applied by MindSpeed-RL's own "
                      "actor):")
         lines += [f"  {i.key}: {i.reason}" for i in self.ignored]
+        if self.env:
+            lines.append("# environment (the driver's, unless you set it; every actor inherits it): "
+                         + " ".join(f"{k}={v}" for k, v in self.env.items()))
         lines.append(self.describe_layout())
         return "\n".join(lines)
 
@@ -436,7 +443,7 @@ RL_KEYS: dict[str, Handler] = {
     "async_engine": ignore("MindSpeed-RL's in-process async rollout; ASP's generation actors are asynchronous"),
     "num_cpus_for_local_task": ignore("Ray CPUs for MindSpeed-RL's own driver task"),
     "num_cpus_for_placement_group": ignore("Ray CPUs per MindSpeed-RL bundle; this project sizes its bundles by layout"),
-    "hccl_buffersize": ignore("HCCL_BUFFSIZE: set it in the launch environment (runtime/placement.npu_actor_env)"),
+    "hccl_buffersize": positive("env.HCCL_BUFFSIZE"),   # MB; cli/train_grpo.py exports it (see ImportResult.env)
     "zmq_communication": ignore(DISPATCH), "data_strategy": ignore(DISPATCH),
     "log_max_throughput": ignore(LOGGING), "use_tensorboard": ignore(LOGGING), "use_wandb": ignore(LOGGING),
     "wandb_project": ignore(LOGGING), "wandb_exp_name": ignore(LOGGING), "wandb_save_dir": ignore(LOGGING),
@@ -1126,13 +1133,17 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     layout = choose_layout(num_npus, layouts, parallel, user_overrides)
     _queue_rules(b, layout, user_overrides, scheduler_defaults or {})
     _layout_and_engine(b, layout, source)
-    groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
-    keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
     sizes = {"tp": parallel.tp, "pp": parallel.pp, "cp": parallel.cp, "ep": parallel.ep,
              "itp": b.values.get("model.infer_tensor_parallel_size", 1),
              "ipp": b.values.get("model.infer_pipeline_parallel_size", 1),
              "iep": b.values.get("model.infer_expert_parallel_size", 1)}
-    return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, sizes)
+    env = {k.split(".", 1)[1]: str(b.values.pop(k)) for k in [k for k in b.values if k.startswith("env.")]}
+    if env:
+        b.ignore("rl_config.hccl_buffersize", f"HCCL_BUFFSIZE={env['HCCL_BUFFSIZE']} in the driver's environment, "
+                 "which every NPU actor inherits (runtime/placement.npu_actor_env)")
+    groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
+    keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
+    return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, sizes, env)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1158,10 +1169,12 @@ def _take_value(argv: list[str], flag: str) -> Optional[str]:
     return None
 
 
-def expand_mindspeed_config(argv: Sequence[str], out=None) -> list[str]:
+def expand_mindspeed_config(argv: Sequence[str], out=None, apply_env: bool = False) -> list[str]:
     """``argv`` with ``--mindspeed-config FILE [--model-dir DIR]`` replaced by the imported
     overrides, the user's own overrides after them (and winning: a key set by both keeps
-    the user's). Prints what was imported to ``out`` (stdout). Without the flag: argv."""
+    the user's). Prints what was imported to ``out`` (stdout). Without the flag: argv.
+    ``apply_env`` (a run that starts actors): the job's environment (ImportResult.env) goes
+    into this process's, where a variable is not set already."""
     argv = list(argv)
     path = _take_value(argv, CONFIG_FLAG)
     model_dir = _take_value(argv, MODEL_DIR_FLAG)
@@ -1171,6 +1184,11 @@ def expand_mindspeed_config(argv: Sequence[str], out=None) -> list[str]:
     user = [a for a in argv if not a.startswith("-")]
     result = import_file(path, model_dir, user)
     print(result.describe(), file=out or sys.stdout, flush=True)
+    if apply_env:
+        import os
+
+        for key, value in result.env.items():
+            os.environ.setdefault(key, value)
     if user:
         print(f"# then your {len(user)} override(s), which win: {' '.join(user)}", file=out or sys.stdout)
     return merge_overrides(result.overrides, user) + flags
