@@ -34,6 +34,23 @@ def expected_errors() -> tuple[type[BaseException], ...]:
             WorkloadError, FileNotFoundError, TrainerFailed, ActorsExhausted)
 
 
+# When output goes to a file or a pipe (a job log, CI), lines are never wrapped: a log is read
+# with grep and by other programs, and Rich's default of 80 columns breaks paths mid-word.
+# Tables get this width to lay out in.
+LOG_WIDTH = 200
+
+
+def make_console(file=None):
+    """The commands' Rich console: as Rich makes it on a terminal; elsewhere plain lines,
+    unwrapped, no colour codes."""
+    from rich.console import Console
+
+    console = Console(file=file)
+    if console.is_terminal:
+        return console
+    return Console(file=file, soft_wrap=True, width=LOG_WIDTH, no_color=True, highlight=False)
+
+
 def usage(prog: str, summary: str) -> str:
     from ..config.load import list_group_options
 

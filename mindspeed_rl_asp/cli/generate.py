@@ -36,7 +36,7 @@ def rewards_table(samples) -> "Table":
 
 
 def generate(cfg) -> int:
-    from rich.console import Console
+    from .common import make_console
     from rich.progress import Progress
 
     from ..config.load import make_run_dir
@@ -47,7 +47,7 @@ def generate(cfg) -> int:
     from ..policy.evaluate import sample_and_score
     from ..schedule.configured import configured_task
 
-    console = Console()
+    console = make_console()
     model_path = resolve_model_path(cfg.model.path)
     the_task = configured_task(cfg, load_tokenizer(model_path))  # before the run directory: bad input writes nothing
     prompts = the_task.prompts
