@@ -22,7 +22,7 @@ SUMMARY = ("Train the policy with asynchronous GRPO (mode=async|hybrid, schedule
 def train(cfg, dry_run: bool = False, overrides=()) -> int:
     """``overrides``: the command line's, which a resumed run applies to its saved config."""
     from omegaconf import OmegaConf
-    from rich.console import Console
+    from .common import make_console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..config.load import make_run_dir
@@ -30,7 +30,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
 
     from ..schedule.configured import configured_task
 
-    console = Console()
+    console = make_console()
     resume = None
     if cfg.resume:   # the saved config with this command line's overrides, and the checkpoint to start from
         from ..config.resume import resume_config
