@@ -733,9 +733,9 @@ class ControlCore:
         """Prompt ids in the order the trainer consumed them."""
         return list(self._consumed)
 
-    def rejected_ids(self) -> list[str]:
-        """Prompt ids in the order dynamic sampling rejected them."""
-        return list(self._rejected)
+    def rejected_ids(self, since: int = 0) -> list[str]:
+        """Prompt ids in the order dynamic sampling rejected them (from the ``since``-th on)."""
+        return self._rejected[since:]
 
     def _pending_ids(self) -> list[str]:
         d = self.dispatcher

@@ -62,16 +62,17 @@ def plan_run(cfg, prompts, run_dir=None, log=None):
     return plan, epochs, minibatches
 
 
-def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None):
+def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None, taken=()):
     """The pure control core for this plan (``total_steps``: default ``cfg.steps``; a
     resumed run: the steps left; with ``algo.filter_groups`` the core refills from
-    :func:`refill_passes`); a plan the control rules cannot run (for example hybrid
+    :func:`refill_passes`, past the epochs of ``taken``: a resumed run's prompt ids already
+    trained); a plan the control rules cannot run (for example hybrid
     mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
 
     control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
-    refill = refill_passes(minibatches) if control.filter_groups != "none" else None
+    refill = refill_passes(minibatches, taken) if control.filter_groups != "none" else None
     try:
         return ControlCore(control, minibatches, refill=refill)
     except ValueError as error:
@@ -79,19 +80,23 @@ def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None
                           f"{error}") from None
 
 
-def refill_passes(minibatches):
+def refill_passes(minibatches, taken=()):
     """The refill of dynamic sampling (``ControlCore(refill=...)``), for when rejected
     groups used the plan up: pass ``k`` is ``minibatches`` again, as the next passes over
     the data (as DAPO reads its data loader's next batch): the same cut and order, every
-    prompt id moved ``k x E`` epochs on (``E``: the epochs the list spans), minibatch ids
-    prefixed ``r{k}.``. Pure: the same ``k`` gives the same minibatches."""
+    prompt id moved ``k x E`` epochs on (``E``: the epochs the list spans), and further if
+    ``taken`` (ids used before, e.g. trained by a resumed run's earlier segments) reaches
+    later epochs, so no id repeats; minibatch ids prefixed ``r{k}.``. Pure: the same ``k``
+    gives the same minibatches."""
     from ..tasks import base_prompt_id, epoch_prompt_id, prompt_epoch
 
     mbs = [(str(mb_id), tuple(ids)) for mb_id, ids in minibatches]
-    epochs = [prompt_epoch(p) for _, ids in mbs for p in ids]
-    span = max(epochs) - min(epochs) + 1 if epochs else 1
+    epochs = [prompt_epoch(p) for _, ids in mbs for p in ids] or [0]
+    span = max(epochs) - min(epochs) + 1
+    beyond = max(0, max((prompt_epoch(p) for p in taken), default=0) - max(epochs))
 
     def refill(k: int):
-        return [(f"r{k}.{mb_id}", tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + k * span) for p in ids))
+        shift = k * span + beyond
+        return [(f"r{k}.{mb_id}", tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + shift) for p in ids))
                 for mb_id, ids in mbs]
     return refill

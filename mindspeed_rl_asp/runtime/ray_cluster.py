@@ -41,10 +41,10 @@ import zlib
 from typing import Sequence
 
 from ..control.core import Action, AwaitActor, Generate, LoadWeights, Publish, TrainStep
-from ..control.loop import Done, Event, Failed, TrainerFailed
+from ..control.loop import Done, Event, Failed, Observer, TrainerFailed
 from ..weights.store import VersionedStore
 
-__all__ = ["RayCluster", "TrainerFailed"]
+__all__ = ["RayCluster", "RejectedPayloads", "TrainerFailed"]
 
 
 def _describe(error) -> str:
@@ -234,6 +234,12 @@ class RayCluster:
                 self.queue_refs.pop(pid, None)
         return Done(action, report)
 
+    def release(self, prompt_ids: Sequence[str]) -> None:
+        """Forget the payload references of these groups (rejected by the core): a
+        minibatch's payload leaves the object store once no group of it is referenced."""
+        for pid in prompt_ids:
+            self.queue_refs.pop(pid, None)
+
     def cancel(self, actions: Sequence[Action]) -> None:
         import ray
 
@@ -251,3 +257,17 @@ class RayCluster:
                     ray.cancel(ref)
                 except Exception:  # noqa: BLE001 - cancelling is best effort; the actor dies with the run
                     pass
+
+
+class RejectedPayloads(Observer):
+    """The loop's observer that hands the groups the core rejected (dynamic sampling) to
+    ``cluster.release``, so their samples do not stay in the object store all run."""
+
+    def __init__(self, cluster: RayCluster) -> None:
+        self.cluster, self.seen = cluster, 0
+
+    def observed(self, event, core, t: float) -> None:
+        new = core.rejected_ids(self.seen)
+        if new:
+            self.cluster.release(new)
+            self.seen += len(new)
