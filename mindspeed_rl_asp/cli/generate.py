@@ -39,6 +39,9 @@ def generate(cfg) -> int:
     from .common import make_console
     from rich.progress import Progress
 
+    from types import SimpleNamespace
+
+    from ..config.engine import engine_settings
     from ..config.load import make_run_dir
     from ..config.validate import resolve_model_path
     from ..engines.base import SamplingParams
@@ -54,7 +57,7 @@ def generate(cfg) -> int:
     run_dir = make_run_dir(cfg, "generate")
     console.print(f"[bold]asp-generate[/] {model_path.name} on {len(prompts)} prompts ({the_task.description}) "
                   f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}; run dir {run_dir}")
-    engine = make_generation_engine(cfg.engine, str(model_path))
+    engine = make_generation_engine(SimpleNamespace(**engine_settings(cfg)), str(model_path))
     total = len(prompts) * cfg.rl.n_samples_per_prompt
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("generating", total=total)

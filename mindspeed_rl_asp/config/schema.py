@@ -107,7 +107,8 @@ class EngineConfig:
     max_num_seqs: int = 64
     # engine=vllm (engines/vllm_platform.py has the per-device choices). KV cache bytes per
     # instance: 0 means max_num_seqs full sequences on cpu, gpu_memory_utilization on
-    # cuda/npu; max_model_len 0: the model's max_position_embeddings; tensor_parallel_size
+    # cuda/npu; max_model_len 0: the run's longest sequence, rl.max_prompt_length +
+    # generate.sampling_config.max_tokens (config/engine.py); tensor_parallel_size
     # must fit the instance (layout.infer_instance_size devices).
     kv_cache_memory_bytes: int = 0
     max_model_len: int = 0

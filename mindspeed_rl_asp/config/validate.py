@@ -356,7 +356,12 @@ def engine_problems(cfg, local_install: bool = True) -> list[str]:
             pass    # an unknown engine.device: config_problems names it
     config = locate(cfg.model.path) / "config.json"
     model_config = json.loads(config.read_text()) if config.is_file() else None
-    return config_problems(cfg.engine, cfg.layout.infer_instance_size, model_config, installed)
+    from types import SimpleNamespace
+
+    from .engine import engine_settings
+
+    engine = SimpleNamespace(**engine_settings(cfg))   # max_model_len as the actors get it
+    return config_problems(engine, cfg.layout.infer_instance_size, model_config, installed)
 
 
 def validate_config(cfg, training: bool = True, local_install: bool = True) -> None:

@@ -126,7 +126,8 @@ def max_model_len(engine_cfg, model_config: dict) -> int:
                           f"max_position_embeddings={positions})")
     if positions and configured > positions:
         raise EngineError(f"engine.max_model_len={configured} exceeds the model's max_position_embeddings="
-                          f"{positions}")
+                          f"{positions}; lower it (0, the default, means rl.max_prompt_length + "
+                          "generate.sampling_config.max_tokens: lower those)")
     if not (configured or positions):
         raise EngineError("engine.max_model_len=0 and the checkpoint has no max_position_embeddings; set "
                           "engine.max_model_len")
