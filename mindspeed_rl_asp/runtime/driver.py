@@ -163,12 +163,13 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     """The generation actors and the trainer rank actors in their placement-group slots,
     starting from ``weights_path`` (a resumed run: its checkpoint's policy); the trainer's
     KL reference is ``model_path``, the run's starting checkpoint."""
+    from ..config.engine import engine_settings
     from .generation_unit import GenerationWorker, generation_scoring, restart_options
     from .training_unit import TrainingWorker
     from .transport import remote_class
 
     threads = cfg.engine.num_threads
-    engine_cfg = OmegaConf.to_container(cfg.engine)
+    engine_cfg = engine_settings(cfg)
     if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
         engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
     sampling = OmegaConf.to_container(cfg.generate.sampling_config)
