@@ -82,7 +82,7 @@ def test_resume_point_errors_name_what_is_missing(tmp_path):
     path = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=1)
     for f in (path / POLICY).glob("*.safetensors"):
         f.unlink()
-    with pytest.raises(ConfigError, match=r"policy/\*\.safetensors"):
+    with pytest.raises(ConfigError, match=r"policy/model\.safetensors missing"):   # named by the manifest
         find_resume_point(tmp_path)
 
 
@@ -164,3 +164,42 @@ def test_asp_train_resume_without_a_checkpoint_writes_nothing(saved_run, capsys)
     assert "rl.n_samples_per_prompt: saved 4, given 8" in capsys.readouterr().err
     assert {p.name: p.stat().st_mtime_ns for p in saved_run.iterdir()} == before
 
+
+
+@pytest.mark.parametrize("damaged", ["policy/model.safetensors", TRAINER_STATE, CONTROL, "policy/config.json"])
+@pytest.mark.parametrize("how", ["truncated", "changed", "deleted"])
+def test_resume_falls_back_past_a_damaged_checkpoint(tmp_path, damaged, how):
+    """Each kind of file, truncated / changed in place / deleted after the commit: the resume
+    takes the newest intact checkpoint and says which it skipped and why."""
+    from mindspeed_rl_asp.runtime.checkpoint import MANIFEST, damage
+
+    older = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=3)
+    newer = write_checkpoint(tmp_path, state(4), write_trainer_files, keep=3)
+    assert (newer / MANIFEST).is_file() and damage(newer) == []
+    target = newer / damaged
+    data = target.read_bytes()
+    if how == "truncated":
+        target.write_bytes(data[: len(data) // 2])
+    elif how == "changed":
+        target.write_bytes(bytes([data[0] ^ 1]) + data[1:])   # same size, other bytes
+    else:
+        target.unlink()
+    point = find_resume_point(tmp_path_with_config(tmp_path))
+    assert point.path == older and point.version == 2
+    assert len(point.skipped) == 1 and point.skipped[0].startswith("step_000004: ") and damaged in point.skipped[0]
+
+
+def test_no_intact_checkpoint_is_one_error_naming_why(tmp_path):
+    only = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=3)
+    (only / TRAINER_STATE).write_bytes(b"st")
+    with pytest.raises(ConfigError, match="no checkpoint is intact .*trainer_state.pt has 2 bytes, the manifest says 5"):
+        find_resume_point(tmp_path_with_config(tmp_path))
+
+
+def test_a_checkpoint_without_a_manifest_is_checked_for_its_parts(tmp_path):
+    """Written before manifests existed: resumable when its parts are there."""
+    from mindspeed_rl_asp.runtime.checkpoint import MANIFEST
+
+    path = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=3)
+    (path / MANIFEST).unlink()
+    assert find_resume_point(tmp_path_with_config(tmp_path)).path == path

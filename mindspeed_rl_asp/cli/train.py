@@ -58,6 +58,8 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
                       "task.filter_overlong_prompts=false refuses them instead")
     if dry_run and resume is not None:
         control = resume.control
+        for note in resume.skipped:
+            console.print(f"skipped checkpoint {note}")
         console.print(f"resume {cfg.resume} from {resume.path.name}: version {control.version}, "
                       f"{cfg.steps - control.version} of {cfg.steps} steps left, {len(control.consumed)} prompt "
                       "groups trained; queued samples are regenerated with the resumed weights")
@@ -86,6 +88,8 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
 
         run_dir = Path(cfg.run_dir)
         (run_dir / f"config.resume-{resume.version:06d}.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        for note in resume.skipped:   # newer checkpoints that are damaged, one line each
+            console.print(f"skipped checkpoint {note}")
         console.print(f"resuming from {resume.path} (version {resume.version})")
     epochs = cfg.steps * cfg.rl.global_batch_size / num_prompts
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "

@@ -7,12 +7,19 @@
             policy/           the trainer's weights, a Hugging Face checkpoint (rank 0 gathers)
             trainer_state.pt  AdamW state by parameter name, the RNG states of every rank
             control.json      version, trained prompt ids in order, the dispatch list, ages
+            manifest.json     size and sha256 of every other file, written last
         latest                the name of the newest complete checkpoint
 
 Atomic: a checkpoint is written into ``step_N.partial-<pid>-<k>/`` and renamed to
 ``step_N/`` only once every file is in it; ``latest`` is then replaced with
 ``os.replace``. A crash, SIGKILL or Ctrl-C in the middle leaves a ``.partial`` directory
 (swept at the next save or resume) and the previous checkpoint as it was.
+
+Intact: the manifest (written last, atomically) lists every file with its size and sha256;
+resume verifies it before anything starts and, when the newest checkpoint is damaged (a
+file truncated, changed or gone after the commit: a full disk, a copy cut short), falls back
+to the newest intact one, saying which and why (``ResumePoint.skipped``). A checkpoint from
+before manifests existed is checked for its parts only.
 
 Queued samples are regenerated on resume, not restored. The samples queued or being
 generated when a checkpoint is taken live in Ray's object store, which dies with the
@@ -45,6 +52,7 @@ LATEST = "latest"
 CONTROL = "control.json"
 TRAINER_STATE = "trainer_state.pt"
 POLICY = "policy"
+MANIFEST = "manifest.json"
 
 
 # ---------------------------------------------------------------------- pure parts
@@ -140,17 +148,65 @@ def missing_parts(path: Path) -> list[str]:
     return missing
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(path: Path) -> dict:
+    """Write ``manifest.json`` into the checkpoint directory ``path``: every other file's
+    size and sha256 (atomically, last: a checkpoint with a manifest was written whole)."""
+    files = {str(f.relative_to(path)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+             for f in sorted(path.rglob("*")) if f.is_file() and f.name != MANIFEST and not f.name.startswith(".")}
+    manifest = {"files": files}
+    _write_atomic(path / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def damage(path: Path) -> list[str]:
+    """Why the checkpoint directory ``path`` cannot be resumed from ([] when intact): a
+    missing part, or a file whose size or sha256 differs from its manifest's."""
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():   # written before manifests existed: its parts only
+        return [f"{part} missing" for part in missing_parts(path)]
+    try:
+        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError):
+        return [f"{MANIFEST} unreadable"]
+    problems = [f"{part} missing" for part in missing_parts(path) if part not in files and "*" not in part]
+    for name, want in files.items():
+        f = path / name
+        if not f.is_file():
+            problems.append(f"{name} missing")
+        elif f.stat().st_size != want["bytes"]:
+            problems.append(f"{name} has {f.stat().st_size} bytes, the manifest says {want['bytes']}")
+        elif _sha256(f) != want["sha256"]:
+            problems.append(f"{name} differs from the manifest's sha256")
+    return problems
+
+
+def intact_checkpoints(run_dir: Path) -> tuple[Optional[Path], list[str]]:
+    """The newest intact checkpoint (None when there is none) and, for each newer committed
+    one that is damaged, why. Newest by version, not by ``latest``: a directory is renamed
+    to ``step_N`` only once written whole, so a crash between that rename and the update of
+    ``latest`` leaves a newer checkpoint that is as good."""
+    skipped = []
+    for path in reversed(committed(checkpoints_dir(run_dir))):
+        problems = damage(path)
+        if not problems:
+            return path, skipped
+        skipped.append(f"{path.name}: {'; '.join(problems)}")
+    return None, skipped
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    """The newest complete checkpoint of a run: the one ``latest`` names, or, if that is
-    missing or incomplete, the newest complete ``step_N``; None when there is none."""
-    root = checkpoints_dir(run_dir)
-    pointer = root / LATEST
-    if pointer.is_file():
-        named = root / pointer.read_text(encoding="utf-8").strip()
-        if named.is_dir() and not missing_parts(named):
-            return named
-    complete = [p for p in committed(root) if not missing_parts(p)]
-    return complete[-1] if complete else None
+    """The newest intact checkpoint of a run (:func:`intact_checkpoints`); None when there is none."""
+    return intact_checkpoints(run_dir)[0]
 
 
 def committed(root: Path) -> list[Path]:
@@ -211,6 +267,7 @@ def write_checkpoint(run_dir: Path, state: ControlState, write_trainer: Callable
     partial.mkdir()
     write_trainer(partial)
     _write_atomic(partial / CONTROL, state.to_json())
+    write_manifest(partial)
     return commit_checkpoint(partial, state.version, keep)
 
 
@@ -267,6 +324,7 @@ class ResumePoint:
 
     path: Path
     control: ControlState
+    skipped: tuple[str, ...] = ()   # newer checkpoints that were damaged, and why
 
     @property
     def version(self) -> int:
@@ -283,18 +341,18 @@ def find_resume_point(run_dir: Path) -> ResumePoint:
     if not (run_dir / "config.yaml").is_file():
         raise ConfigError(f"resume={str(run_dir)!r}: no config.yaml there; resume takes the directory of a run "
                           "that asp-train wrote")
-    path = latest_checkpoint(run_dir)
+    path, skipped = intact_checkpoints(run_dir)
     if path is None:
         root = checkpoints_dir(run_dir)
         found = sorted(p.name for p in root.glob("step_*"))   # committed and partial
         if not found:
             raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: it has no {CHECKPOINTS}/ "
                               "(the run had save_every=0; set save_every=K to checkpoint)")
-        missing = "; ".join(", ".join(missing_parts(p)) for p in committed(root)) or "partial"
-        raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: its checkpoints are incomplete "
-                          f"({', '.join(found)}: {missing})")
+        why = "; ".join(skipped) or "only partial writes"
+        raise ConfigError(f"resume={str(run_dir)!r}: nothing to resume from: no checkpoint is intact "
+                          f"({', '.join(found)}: {why})")
     control = ControlState.from_json((path / CONTROL).read_text(encoding="utf-8"))
-    return ResumePoint(path, control)
+    return ResumePoint(path, control, tuple(skipped))
 
 
 def set_aside_metrics_after(run_dir: Path, version: int) -> int:
@@ -316,6 +374,7 @@ def set_aside_metrics_after(run_dir: Path, version: int) -> int:
 
 
 __all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",
-           "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint",
+           "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint", "damage",
+           "write_manifest", "intact_checkpoints",
            "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point",
            "set_aside_metrics_after"]
