@@ -322,13 +322,13 @@ def test_dapo_dynamic_sampling_and_overlong_shaping_map_to_algo_keys():
     assert o["rl.global_batch_size"] == "16"          # the kept groups per step
     cfg = load_config(merge_overrides(run(dapo()).overrides, ["task=maze", "task.num_prompts=64"]), validate=False)
     assert cfg.algo.filter_groups == "std" and cfg.algo.overlong_buffer_len == 256
+    assert as_dict(run(dapo(filter_groups_max_batches=3)))["algo.max_num_gen_batches"] == "3"   # the same unit
     off = as_dict(run(dapo(filter_groups_enable=False, overlong_buffer_enable=False)))
     assert "algo.filter_groups" not in off and "algo.overlong_buffer_len" not in off
 
 
 @pytest.mark.parametrize("rl, key, fix", [
     ({"filter_groups_metric": "format"}, "rl_config.filter_groups_metric", "name one of them"),
-    ({"filter_groups_max_batches": 3}, "rl_config.filter_groups_max_batches", "algo.max_num_gen_batches=N"),
     ({"rollout_max_tokens": 2048}, "rl_config.rollout_max_tokens", "make the two equal"),
     ({"overlong_buffer": 1024}, "rl_config.overlong_buffer", "shorten the buffer"),
 ])
@@ -555,16 +555,6 @@ def packed_prompts(tmp_path_factory):
     return prefix
 
 
-def dapo_not_built_yet() -> list[str]:
-    """The overrides a DAPO job's dry run needs while config/validate still refuses dynamic
-    sampling and overlong shaping as not built (empty once they are)."""
-    from mindspeed_rl_asp.config.schema import AlgoConfig
-    from mindspeed_rl_asp.config.validate import algo_problems
-
-    problems = algo_problems(AlgoConfig(filter_groups="std", overlong_buffer_len=8))
-    return ["algo.filter_groups=none", "algo.overlong_buffer_len=0"] if any("not built" in p for p in problems) else []
-
-
 @needs_checkout
 @pytest.mark.slow
 def test_every_imported_job_dry_runs_with_the_default_scheduler(packed_prompts, capsys):
@@ -577,8 +567,7 @@ def test_every_imported_job_dry_runs_with_the_default_scheduler(packed_prompts, 
     for path in grpo_configs():
         if path.name in REFUSED:
             continue
-        dapo = dapo_not_built_yet() if "dapo" in path.name else []
-        rc = main(["--mindspeed-config", str(path), *here, *dapo, "--dry-run"])
+        rc = main(["--mindspeed-config", str(path), *here, "--dry-run"])
         out = capsys.readouterr()
         assert rc == 0, (path.name, out.err[-2000:])
         assert "plan: asp" in out.out and f"task dataset: " in out.out, path.name

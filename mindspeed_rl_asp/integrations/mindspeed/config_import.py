@@ -935,18 +935,13 @@ def _filter_groups_rule(b: _Builder) -> None:
     if metric not in functions:
         raise refuse("rl_config.filter_groups_metric", metric, "dynamic sampling reads the spread of one of the "
                      f"job's rewards, and verifier_function is {functions}", "name one of them")
-    most = _number("rl_config.filter_groups_max_batches", s.get("rl_config.filter_groups_max_batches", 1), int)
-    if most > 0:
-        raise refuse("rl_config.filter_groups_max_batches", most, "MindSpeed-RL counts generation batches of "
-                     "global_batch_size prompts, this project's algo.max_num_gen_batches extra minibatches",
-                     "write filter_groups_max_batches: -1 (no limit) and pass algo.max_num_gen_batches=N after the "
-                     "YAML")
+    # Both count generation batches of global_batch_size prompts per step, the first included; <= 0: no limit.
+    most = max(0, _number("rl_config.filter_groups_max_batches", s.get("rl_config.filter_groups_max_batches", 1), int))
     b.set("algo.filter_groups", "std")
     b.set("algo.filter_groups_metric", str(metric))
-    b.set("algo.max_num_gen_batches", 0)
+    b.set("algo.max_num_gen_batches", most)
     b.ignore("rl_config.filter_groups_enable", "algo.filter_groups=std: a group whose metric has zero std is "
              "dropped and more prompts are generated")
-    b.ignore("rl_config.filter_groups_max_batches", f"{most}: no limit (algo.max_num_gen_batches=0)")
     train_batch = s.get("rl_config.filter_groups_train_batch_size")
     if train_batch is not None:
         kept = _number("rl_config.filter_groups_train_batch_size", train_batch, int)
