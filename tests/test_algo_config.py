@@ -14,7 +14,9 @@ from mindspeed_rl_asp.config.schema import AlgoConfig
 from mindspeed_rl_asp.config.validate import ConfigError
 
 # The algo keys that are not the loss's: how group advantages are normalised.
-ADVANTAGE_KEYS = {"scale_advantages"}
+# Besides the loss keys: how advantages are normalised, and DAPO's reward-side keys.
+ADVANTAGE_KEYS = {"scale_advantages", "adv_std", "adv_eps", "filter_groups", "filter_groups_metric",
+                  "max_num_gen_batches", "overlong_buffer_len", "overlong_penalty_factor"}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "grpo.md"
 
 
