@@ -203,3 +203,18 @@ def test_mindspeed_rl_throughput_and_the_latency_bound_by_hand(tmp_path):
                                      + decode_steps_time(inst, 1, r - 1, p + 1, 1))
     assert result.bound_by == ("tail" if result.latency_bound_s > result.lower_bound_s else "throughput")
     assert result.iteration_s >= result.latency_bound_s
+
+
+@pytest.mark.slow
+def test_the_sensitivity_study_varies_one_unknown_for_all_three_systems():
+    from mindspeed_rl_asp.sim.studies import SENSITIVITY, get_study
+
+    study = get_study("sensitivity")
+    assert len(study.rows) == 3 * len(SENSITIVITY)
+    for (name, overrides), k in zip(SENSITIVITY, range(0, len(study.rows), 3)):
+        trio = study.rows[k:k + 3]
+        assert [r.system for r in trio] == ["MindSpeed-RL hybrid", "verl async", "ASP"]
+        assert all(set(overrides) <= set(r.overrides) for r in trio)
+        for r in trio:
+            load_config(list(r.overrides), local_install=False)   # every row is a valid config
+    assert sorted(set(round(v, 6) for v in study.paper_ratios.values())) == [round(536.7 / 216, 6), round(927 / 216, 6)]

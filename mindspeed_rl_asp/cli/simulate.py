@@ -7,7 +7,8 @@
                                                           experiment, printed beside the paper's
                                                           figure, as study.json and study.png
 
-Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag`` (sim/studies.py);
+Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag``, ``sim_sensitivity``
+(sim/studies.py);
 ``validation``: every published measurement in configs/validation/cases.yaml beside its
 simulated figure (docs/validation.md).
 Further overrides apply to every row (e.g. ``sim.predictor_spearman=0.6``).
