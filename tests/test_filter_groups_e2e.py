@@ -17,7 +17,10 @@ pytestmark = pytest.mark.slow
 SMALL = ["task.num_prompts=8", "steps=3", "rl.global_batch_size=4", "rl.mini_batch_size=4",
          "rl.n_samples_per_prompt=4", "rl.micro_batch_size=8", "generate.sampling_config.max_tokens=64",
          "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=48", "eval.num_prompts=0",
-         "scheduler=asp", "mode=async", "algo.filter_groups=std", "algo.overlong_buffer_len=16"]
+         "scheduler=asp", "mode=async", "algo.filter_groups=std", "algo.overlong_buffer_len=16",
+         # Below the correctness weight (1.0) less the integrity weight (0.2): a group with a spread of
+         # correctness then has one of reward too, whatever the penalties.
+         "algo.overlong_penalty_factor=0.5"]
 
 
 def read_jsonl(path):
