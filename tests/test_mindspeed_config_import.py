@@ -283,6 +283,19 @@ def test_min_p_reaches_the_hf_sampler():
     assert _warpers(SamplingParams(max_tokens=4)) == []
 
 
+@pytest.mark.slow
+def test_min_p_reaches_vllms_sampling_params():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here")
+    from mindspeed_rl_asp.engines.base import SamplingParams
+    from mindspeed_rl_asp.engines.vllm_engine import VLLMGenerationEngine
+
+    params = VLLMGenerationEngine._sampling(None, SamplingParams(max_tokens=4, min_p=0.05), 2, 3)
+    assert params.min_p == pytest.approx(0.05) and params.n == 2
+
+
 def test_profiler_and_msprobe_sections_pass_through():
     """Before the fix a profiler_config section crashed the import (UnboundLocalError)."""
     j = job()
