@@ -339,3 +339,17 @@ def test_rejections_and_replans_together_keep_every_invariant(setup, seed, rate,
         assert budget > 0, f"no progress: {shell.core.snapshot()}"
     shell.check_finish()
     assert len(shell.consumed) == len(set(shell.consumed))
+
+
+@pytest.mark.parametrize("staleness, sizes", [(0, [3, 1, 2, 2]), (1, [1, 4, 1, 2]), (0, [1, 3, 3, 1])])
+def test_with_filtering_a_plan_that_skips_a_window_is_split_instead_of_refused(staleness, sizes):
+    """Without filtering these plans are refused (a step could never fill); with it the
+    core splits the straddling minibatch at quiescence and trains every step."""
+    ids = iter(f"p{i}" for i in range(sum(sizes)))
+    mbs = [(f"m{k}", tuple(next(ids) for _ in range(s))) for k, s in enumerate(sizes)]
+    cfg = cfg_for(max_staleness=staleness, queue_capacity=8, filter_groups="none", num_actors=2)
+    with pytest.raises(ValueError, match="can never be filled"):
+        ControlCore(cfg, mbs)
+    shell = RejectShell(cfg, mbs, max_rejections=0)
+    shell.drain(0)
+    assert any(mb.minibatch_id.endswith("/a") for mb in shell.core.dispatcher.minibatches)

@@ -57,7 +57,8 @@ Rules (proofs in docs/control.md):
   counted; dispatch goes on until every step has ``global_batch_size`` accepted groups.
   When the plan runs out, ``refill(k)`` (the shell's next pass over the data) extends it.
   A minibatch that cannot go whole while nothing is in flight is split to what admission
-  and queue room allow (so rejection can never deadlock). A step that would need more
+  and queue room allow (so rejection can never deadlock; with ``filter_groups`` on the
+  plan's window rule is not needed, and not checked). A step that would need more
   than ``max_gen_batches`` generation batches of ``global_batch_size`` prompts (more than
   ``(max_gen_batches - 1) x global_batch_size`` groups rejected for it) stops the run
   (``TooManyRejected``), as MindSpeed-RL's DAPO trainer does.
@@ -365,10 +366,10 @@ class ControlCore:
             if actor not in self._awaiting:
                 self._awaiting.add(actor)
                 actions.append(AwaitActor(actor))
-        if not actions and not self.in_flight() and self._rejected:
+        if not actions and not self.in_flight() and self.config.filter_groups != "none":
             if self._split_next():
                 actions.extend(self._feed_actors())
-            elif self.dispatcher.peek() is None and \
+            elif self._rejected and self.dispatcher.peek() is None and \
                     self.staleness.admitted < self.total_steps * self.config.global_batch_size:
                 raise TooManyRejected(
                     f"the plan's prompts ran out: dynamic sampling rejected {len(self._rejected)} prompt groups "
@@ -488,11 +489,12 @@ class ControlCore:
         d.replace_pending(list(d.minibatches[d.cursor:]) + new)
 
     def _split_next(self) -> bool:
-        """Nothing is in flight and nothing could be issued: if groups were rejected, the
-        next new minibatch may be too big for what admission and queue room allow now
-        (its planned neighbours were cut for a plan without rejections). Split it into
-        the part that fits and the rest (same prompts, same order). Returns whether it did."""
-        if not self._rejected or self._next_dispatch() is None:
+        """Nothing is in flight and nothing could be issued (``filter_groups`` on): the next
+        new minibatch may be too big for what admission and queue room allow now (after
+        rejections, its planned neighbours were cut for a run without them; a resumed
+        plan has holes). Split it into the part that fits and the rest (same prompts, same
+        order). Returns whether it did."""
+        if self._next_dispatch() is None:
             return False
         index, retry = self._next_dispatch()
         d = self.dispatcher
@@ -773,8 +775,10 @@ def _check_plan(config: ControlConfig, mbs: list[PlannedMinibatch]) -> int:
     if steps > full_steps:
         raise ValueError(f"total_steps={steps} needs {steps * b} prompts (global_batch_size={b}); "
                          f"the plan has {len(seen)}, enough for {full_steps} steps")
-    gap = first_window_gap([mb.size for mb in mbs], b, config.max_staleness,
-                           config.queue_capacity // n, steps, config.refresh_interval)
+    # With filter_groups the core splits a minibatch that cannot go whole at quiescence
+    # (docs/control.md, "Rejection"), which keeps any plan live: no window rule then.
+    gap = None if config.filter_groups != "none" else first_window_gap(
+        [mb.size for mb in mbs], b, config.max_staleness, config.queue_capacity // n, steps, config.refresh_interval)
     if gap is not None:
         mb = mbs[gap.index]
         raise ValueError(
