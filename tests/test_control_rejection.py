@@ -24,7 +24,7 @@ from mindspeed_rl_asp.control.core import (ControlConfig, ControlCore, Finish, G
 from mindspeed_rl_asp.control.loop import Done, Loop, apply_event
 from mindspeed_rl_asp.control.rejection import rejected_groups
 
-from test_control_properties import Shell, budgeted_chooser, check_ledger, setups
+from test_control_properties import Shell, budgeted_chooser, check_ledger, raw_setups, setups
 from test_replan import ReplanShell
 
 SPREAD, FLAT = (0.0, 1.0), (1.0, 1.0)
@@ -353,3 +353,13 @@ def test_with_filtering_a_plan_that_skips_a_window_is_split_instead_of_refused(s
     shell = RejectShell(cfg, mbs, max_rejections=0)
     shell.drain(0)
     assert any(mb.minibatch_id.endswith("/a") for mb in shell.core.dispatcher.minibatches)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=raw_setups(), seed=st.integers(0, 2**16), cap=st.integers(0, 10))
+def test_with_filtering_every_plan_finishes(setup, seed, cap):
+    """Plans not filtered for the window rule (many of them refused without filtering),
+    random rejections and event orders: with filtering on every run trains every step."""
+    shell = RejectShell(*setup, chooser=random_chooser(seed, fail_rate=0.2, max_failures=2),
+                        reject_rate=0.4, max_rejections=cap, seed=seed)
+    shell.drain(seed)
