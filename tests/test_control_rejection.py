@@ -184,9 +184,10 @@ class RejectShell(Shell):
     """The Shell on a cluster that scores: a finished group's rewards are flat (rejected)
     with the shell's probability, at most ``max_rejections`` in all (so runs end)."""
 
-    def __init__(self, cfg, mbs, chooser=None, reject_rate=0.5, max_rejections=12, seed=0, flat=None):
+    def __init__(self, cfg, mbs, chooser=None, reject_rate=0.5, max_rejections=12, seed=0, flat=None,
+                 refill=None):
         self.initial = frozenset(p for _, ids in mbs for p in ids)
-        self.refill = refill_of(mbs)
+        self.refill = refill or refill_of(mbs)
         self._init(replace(cfg, filter_groups="std"), mbs, chooser)
         self.rng = random.Random(seed)
         self.reject_rate, self.max_rejections = reject_rate, max_rejections
@@ -363,3 +364,32 @@ def test_with_filtering_every_plan_finishes(setup, seed, cap):
     shell = RejectShell(*setup, chooser=random_chooser(seed, fail_rate=0.2, max_failures=2),
                         reject_rate=0.4, max_rejections=cap, seed=seed)
     shell.drain(seed)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setup=setups(), seed=st.integers(0, 2**16), cap=st.integers(0, 12), at=st.integers(1, 4))
+def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup, seed, cap, at):
+    """A checkpoint after version ``at`` is published (what runtime/checkpoint.py keeps: the
+    dispatch list, refills and splits included, and the prompts trained), then a fresh core
+    over the dispatch list minus what was trained, refilled past the epochs already used
+    (runtime/planning.refill_passes), as the driver builds it. Both segments have
+    rejections at random; together they train every step, never one prompt id twice."""
+    from mindspeed_rl_asp.runtime.checkpoint import remaining_minibatches
+    from mindspeed_rl_asp.runtime.planning import refill_passes
+
+    cfg, mbs = setup
+    total = sum(len(ids) for _, ids in mbs) // cfg.global_batch_size if cfg.total_steps is None else cfg.total_steps
+    at = min(at, total - 1)
+    first = RejectShell(cfg, mbs, chooser=random_chooser(seed), max_rejections=cap, seed=seed,
+                        refill=refill_passes(mbs))
+    while first.core.published_version < at and first.advance():
+        pass
+    assert first.core.published_version == at
+    trained = first.core.consumed_ids()[:at * cfg.global_batch_size]       # steps 0..at-1
+    saved = [(mb.minibatch_id, mb.prompt_ids) for mb in first.core.dispatcher.minibatches]
+    rest = remaining_minibatches(saved, trained)
+    second = RejectShell(replace(cfg, total_steps=total - at), rest, chooser=random_chooser(seed + 1),
+                         max_rejections=cap, seed=seed + 1, refill=refill_passes(rest, taken=trained))
+    second.drain(seed + 1)
+    both = trained + second.consumed
+    assert len(both) == len(set(both)) == total * cfg.global_batch_size
