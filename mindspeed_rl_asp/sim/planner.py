@@ -296,7 +296,9 @@ def evaluate(workspaces: Mapping[str, ConfigWorkspace], candidate: Candidate, st
     try:
         cfg = candidate_config(workspaces[candidate.mode], candidate, steps)
         return from_result(candidate, simulate(cfg, workload=workload))
-    except (ConfigError, ProfileError, ScheduleError) as error:
+    except (ConfigError, ProfileError, ScheduleError, ValueError) as error:
+        # ValueError: the control core's own config check (control.core.ControlConfig,
+        # raised by make_control_core before it wraps the core's refusals).
         return Skipped(candidate, " ".join(str(error).split()))
 
 
