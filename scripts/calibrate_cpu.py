@@ -479,7 +479,8 @@ def profiles_of(fitted: dict):
 
     hw, eng = fitted["hardware"], fitted["engine"]
     hardware = hardware_profile_from_config({"name": "cpu_local", **hw, "sources": {k: "fit" for k in hw}})
-    engine_numbers = {"batching": "static", "max_num_seqs": 64, "gpu_memory_utilization": 0.5, **eng}
+    engine_numbers = {"batching": "static", "execution": "fitted", "max_num_seqs": 64, "gpu_memory_utilization": 0.5,
+                      **eng}
     engine = engine_profile_from_config({"name": "hf", **engine_numbers, "sources": {k: "fit" for k in engine_numbers}})
     return hardware, engine
 
