@@ -162,7 +162,8 @@ def test_layout_rule_and_user_layout():
     assert choose_layout(64, layouts).file == "ascend910b3_t4g4"      # made by the rule; a file of that shape
     made = choose_layout(32, layouts)                                 # no file of 2 + 2 nodes: every key
     assert (made.name, made.file, made.train_nodes, made.gen_nodes) == ("ascend910b3_t2g2", None, 2, 2)
-    assert "layout.train_nodes" in made.overrides() and "layout" not in made.overrides()
+    # on the smallest shipped NPU file (device type, accelerator), every other layout key set
+    assert made.overrides()["layout"] == "ascend910b3_t1g1" and made.overrides()["layout.nodes"] == 4
     assert choose_layout(64, layouts, user_overrides=["mode=hybrid"]).file == "ascend910b3_hybrid"
     assert choose_layout(32, layouts, user_overrides=["layout.devices_per_node=16"]).nodes == 2
     assert choose_layout(32, layouts, user_overrides=["layout.train_nodes=1"]).gen_nodes == 3
@@ -371,6 +372,9 @@ def test_an_instance_of_whole_nodes_and_a_layout_made_from_the_npu_count():
     result = run(j)
     assert (result.layout.train_nodes, result.layout.gen_nodes, result.layout.instances) == (16, 16, 2)
     assert "2 inference instance(s) of 64 (8 whole nodes each)" in result.describe_layout()
+    assert "asp-plan-layout layout=ascend910b3_t1g1 " in result.describe_layout()
+    j["actor_config"]["tensor_model_parallel_size"] = 64    # fits no T side: colocated, no split to sweep
+    assert "asp-plan-layout has no split to sweep" in run(j).describe_layout()
     cfg = load_config(merge_overrides(result.overrides, ["task=maze", "task.num_prompts=64"]))
     assert (cfg.layout.name, cfg.layout.nodes, cfg.layout.infer_instance_size) == ("ascend910b3_t16g16", 32, 64)
 

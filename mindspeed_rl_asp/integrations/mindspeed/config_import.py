@@ -107,6 +107,10 @@ class LayoutMapping:
     hybrid: bool = False
     file: Optional[str] = None
     accelerator: str = NPU_ACCELERATOR
+    # A layout made from the NPU count sits on a shipped file of its device type (which gives
+    # device_type and accelerator; every other key is set), so that a tool that drops some
+    # layout keys (asp-plan-layout sweeps the split) still composes a whole layout.
+    base: Optional[str] = None
 
     @property
     def train_devices(self) -> int:
@@ -122,10 +126,14 @@ class LayoutMapping:
 
     def overrides(self) -> dict[str, Any]:
         """The layout (and mode) overrides: the file's name, or every key of the layout."""
-        keys: dict[str, Any] = {"layout": self.file} if self.file else {
-            "layout.name": self.name, "layout.device_type": self.device_type, "layout.accelerator": self.accelerator,
-            "layout.nodes": self.nodes, "layout.devices_per_node": self.devices_per_node,
-            "layout.train_nodes": self.train_nodes, "layout.gen_nodes": self.gen_nodes}
+        if self.file:
+            keys: dict[str, Any] = {"layout": self.file}
+        else:
+            keys = {"layout": self.base} if self.base else {
+                "layout.device_type": self.device_type, "layout.accelerator": self.accelerator}
+            keys.update({"layout.name": self.name, "layout.nodes": self.nodes,
+                         "layout.devices_per_node": self.devices_per_node, "layout.train_nodes": self.train_nodes,
+                         "layout.gen_nodes": self.gen_nodes})
         keys["layout.infer_instance_size"] = self.infer_instance_size
         if self.hybrid:
             keys["mode"] = "hybrid"
@@ -168,11 +176,17 @@ class ImportResult:
             f"  MindSpeed-RL colocates actor, reference and rollout on all {lay.num_npus} devices "
             "(rl_config.actor_resource.num_npus)" + ("; so does mode=hybrid:" if lay.hybrid else "; ASP splits them:"),
             f"  {split}.",
-            "  For a split tuned to this job (instance size, staleness, minibatch size) run:",
-            # The simulator draws lengths from sim.* (or sim.lengths_file), not from the data: no task keys.
-            "  asp-plan-layout " + " ".join(o for o in self.overrides if o.split("=")[0].split(".")[0] != "task")
-            + "   (it sweeps the split and drops the keys it sweeps)",
+            *self._planner_hint(),
         ])
+
+    def _planner_hint(self) -> list[str]:
+        if self.layout.hybrid and not self.layout.file:   # the fallback: no T/G split holds the job
+            return ["  No T/G split of these NPUs holds the job, so asp-plan-layout has no split to sweep; with more "
+                    "NPUs (or smaller parallel sizes) it has."]
+        # The simulator draws lengths from sim.* (or sim.lengths_file), not from the data: no task keys.
+        return ["  For a split tuned to this job (instance size, staleness, minibatch size) run:",
+                "  asp-plan-layout " + " ".join(o for o in self.overrides if o.split("=")[0].split(".")[0] != "task")
+                + "   (it sweeps the split and drops the keys it sweeps)"]
 
     def describe(self) -> str:
         lines = [f"# {len(self.overrides)} override(s) from {self.source or 'the MindSpeed-RL job'}:"]
@@ -670,7 +684,19 @@ def choose_layout(num_npus: int, layouts: Mapping[str, Mapping[str, Any]], paral
     rule = f"made from {num_npus} NPUs on nodes of {per_node} (layout.devices_per_node): {plan.rule}"
     return LayoutMapping(same[0] if same else name, rule, num_npus, device_type, plan.nodes, per_node,
                          plan.train_nodes, plan.gen_nodes, parallel.instance, plan.hybrid, same[0] if same else None,
-                         NPU_ACCELERATOR if device_type == "npu" else device_type.upper())
+                         NPU_ACCELERATOR if device_type == "npu" else device_type.upper(),
+                         None if same else _base_layout(layouts, device_type, per_node, plan.hybrid))
+
+
+def _base_layout(layouts: Mapping[str, Mapping[str, Any]], device_type: str, per_node: int,
+                 hybrid: bool) -> Optional[str]:
+    """The shipped file a made layout sits on: of its device type, not a hybrid one, nodes of
+    the same size first, then the fewest T + G nodes (so that a tool that drops the split's
+    keys is left with one that fits), then by name. ``hybrid`` does not change the choice:
+    the split's keys are set either way."""
+    kinds = [(lay.get("devices_per_node") != per_node, lay["train_nodes"] + lay["gen_nodes"], n)
+             for n, lay in layouts.items() if lay.get("device_type") == device_type and not n.endswith("_hybrid")]
+    return min(kinds)[2] if kinds else None
 
 
 def _file_devices(lay: Mapping[str, Any], hybrid: bool) -> int:
