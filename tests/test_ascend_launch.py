@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import list_group_options, load_config
-from mindspeed_rl_asp.runtime.launch import (
+from mindspeed_rl_asp.runtime.launch import (TOKEN_PATH, 
     describe_wait, launch_commands, missing_resources, required_resources, wait_command, wait_for_cluster)
 from mindspeed_rl_asp.runtime.placement import NPU_RUNTIME_ENV, npu_actor_env, plan_placement
 
@@ -45,7 +45,9 @@ def test_every_layout_dry_runs_its_launch(name, capsys):
     out = capsys.readouterr().out
     assert out.count("ray start") == used
     wait = wait_command(lay, mode, "10.0.0.9")
-    assert f"{wait} && \\\n  RAY_ADDRESS=10.0.0.9:6379 asp-train layout={name}" in out   # the wait comes first
+    auth = f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={os.path.expanduser(TOKEN_PATH)}"
+    assert f"{wait} && \\\n  {auth} RAY_ADDRESS=10.0.0.9:6379 asp-train layout={name}" in out   # the wait comes first
+    assert all(n.command.startswith(auth + " ray start") for n in nodes)   # every node authenticates
     assert describe_wait(lay, mode) in out
 
 

@@ -50,12 +50,15 @@ def test_launch_commands_one_per_node_and_a_driver():
     from mindspeed_rl_asp.runtime.launch import launch_commands
 
     lay = layout("ascend910b3_t2g6")
-    nodes, driver = launch_commands(lay, "async", "10.0.0.1", ["steps=3"])
+    nodes, driver = launch_commands(lay, "async", "10.0.0.1", ["steps=3"], token_path="/shared/ray/token")
     assert [n.role for n in nodes] == ["head"] + ["worker"] * 7
     assert all(f'"asp_node_{n.node}":1' in n.command and '"NPU":8' in n.command for n in nodes)
     assert all("--address=10.0.0.1:6379" in n.command for n in nodes[1:])
     assert nodes[0].units.startswith("T") and nodes[2].units.startswith("G")
-    assert driver.startswith("RAY_ADDRESS=10.0.0.1:6379 asp-train layout=ascend910b3_t2g6 mode=async")
+    auth = "RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/shared/ray/token"   # the path, never the token
+    assert all(n.command.startswith(auth + " ray start") for n in nodes)
+    assert "--dashboard-host=127.0.0.1" in nodes[0].command
+    assert driver.startswith(auth + " RAY_ADDRESS=10.0.0.1:6379 asp-train layout=ascend910b3_t2g6 mode=async")
     assert driver.endswith("steps=3")
 
 

@@ -6,6 +6,12 @@
     asp-launch layout=ascend910b3_t4g4 head=10.0.0.1 --driver     # wait, then run the driver (on the head)
 
 ``--wait-timeout S`` bounds the wait (default 1800 s; it exits 1 naming what is missing).
+Authentication: every Ray process runs with ``RAY_AUTH_MODE=token`` and
+``RAY_AUTH_TOKEN_PATH`` = ``--token-path PATH`` (default ``~/.ray/auth_token``: put it on
+a file system every node mounts, or fill it on each node from your secret store);
+``asp-launch --new-token [--token-path PATH]`` writes a random token there (mode 0600,
+never printed). A head on a non-loopback address is not started without a token.
+``--dashboard-host HOST`` (default 127.0.0.1: the head's loopback only).
 ``--mindspeed-config JOB.yaml``: a MindSpeed-RL job; the layout is the one its import maps
 to (docs/mindspeed_rl.md) unless ``layout=`` is given, and the driver imports the job.
 Other overrides (``experiment=``, ``steps=``, ...) are passed on to the driver command.
@@ -79,6 +85,9 @@ def launch_environment(cfg, job_env: dict) -> tuple[dict, dict, list[str]]:
 
 
 def main(argv=None) -> int:
+    import os
+
+    from ..runtime.launch import DASHBOARD_HOST, TOKEN_PATH, new_token
     from .common import UserError, expected_errors, run_command
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -89,6 +98,14 @@ def main(argv=None) -> int:
     wait_only = bool(_take(argv, "--wait", with_value=False))
     timeout = _take(argv, "--wait-timeout", with_value=True)
     job = _take(argv, "--mindspeed-config", with_value=True)
+    make_token = bool(_take(argv, "--new-token", with_value=False))
+    token_path = os.path.expanduser(str(_take(argv, "--token-path", with_value=True) or TOKEN_PATH))
+    dashboard_host = str(_take(argv, "--dashboard-host", with_value=True) or DASHBOARD_HOST)
+    if make_token:
+        made = new_token(token_path)
+        print(f"asp-launch: {'wrote a new token to' if made else 'kept the token already at'} {token_path} (mode "
+              "0600); every node needs this file at this path (a shared file system, or your secret store)")
+        return 0
     head = next((a.split("=", 1)[1] for a in argv if a.startswith("head=")), None)
     overrides = [a for a in argv if not a.startswith("head=")]
     driver_extra, composed, job_env = [], overrides, {}
@@ -102,7 +119,7 @@ def main(argv=None) -> int:
     def launch(cfg) -> int:
         from omegaconf import OmegaConf
 
-        from ..runtime.launch import WAIT_TIMEOUT_S, launch_commands
+        from ..runtime.launch import WAIT_TIMEOUT_S, auth_env, launch_commands, token_problem
 
         if not head:
             raise UserError("give the head node's address: head=HOST (the machine of layout node 0)")
@@ -114,7 +131,13 @@ def main(argv=None) -> int:
         # The layout and the mode are the driver command's own (launch_commands writes them).
         driver_overrides = driver_extra + [a for a in overrides if not a.startswith(("layout=", "layout.", "mode="))]
         node_env, driver_env, notes = launch_environment(cfg, job_env)
-        nodes, driver = launch_commands(layout, cfg.mode.name, head, driver_overrides, node_env, driver_env)
+        nodes, driver = launch_commands(layout, cfg.mode.name, head, driver_overrides, node_env, driver_env,
+                                        token_path=token_path, dashboard_host=dashboard_host)
+        if node is not None or wait_only or run_driver:
+            problem = token_problem(head, token_path)
+            if problem:
+                raise UserError(problem)
+            os.environ.update(auth_env(token_path))   # the wait below joins the cluster from here
         if node is not None:
             if not 0 <= node < len(nodes):
                 raise UserError(f"--node must be one of 0..{len(nodes) - 1} for layout {layout.name}")
@@ -126,23 +149,27 @@ def main(argv=None) -> int:
                 return ready
             print(driver, flush=True)
             return subprocess.call(driver, shell=True)
-        print_plan(layout, cfg.mode.name, head, timeout_s, nodes, driver, notes)
+        print_plan(layout, cfg.mode.name, head, timeout_s, nodes, driver, notes, token_path)
         return 0
 
     return run_command("asp-launch", __doc__.strip().splitlines()[0], launch, composed)
 
 
-def print_plan(layout, mode_name: str, head: str, timeout_s: float, nodes, driver: str, notes) -> None:
-    """The dry run: every node's command, then the head's wait and the driver."""
+def print_plan(layout, mode_name: str, head: str, timeout_s: float, nodes, driver: str, notes,
+               token_path: str) -> None:
+    """The dry run: the token step, every node's command, then the head's wait and the driver."""
     from ..runtime.launch import describe_wait, wait_command
 
     print(f"# layout {layout.name}: {layout.nodes} x {layout.devices_per_node} {layout.accelerator}, mode={mode_name}")
     for line in notes:
         print(line)
+    print(f"# first, once: a token every node reads from {token_path} (a shared file system, or your secret "
+          "store; never on a command line)")
+    print(f"asp-launch --new-token --token-path={token_path}")
     for n in nodes:
         print(f"# node {n.node} ({n.units})\n{n.command}")
     print(f"# then, on the head (node 0): {describe_wait(layout, mode_name)}, then start the driver\n"
-          f"{wait_command(layout, mode_name, head, timeout_s)} && \\\n  {driver}")
+          f"{wait_command(layout, mode_name, head, timeout_s, token_path)} && \\\n  {driver}")
 
 
 if __name__ == "__main__":

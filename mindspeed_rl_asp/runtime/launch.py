@@ -12,18 +12,72 @@ the cluster shows every marker and the devices the layout needs, as MindSpeed-RL
 examples/grpo/*.sh do by polling ``ray status`` for the NPU count (here through
 ``ray.cluster_resources()``, which needs no parsing). Nothing here stops or kills
 anything: ``ray stop`` on a node is the operator's call.
+
+No one else gets in: every ``ray start``, the wait and the driver run with
+``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN_PATH`` naming a token file (:func:`auth_env`),
+so a process without the token cannot join the cluster or submit work; the token itself
+is never on a command line or in a log, only in that file, which the operator puts on a
+file system every node mounts (``asp-launch --new-token`` writes a random one, mode 0600)
+or fills from a secret store. The dashboard listens on the head's loopback only unless
+asked (``dashboard_host``), and a head on a non-loopback address without a token is
+refused (:func:`token_problem`).
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import secrets
 import shlex
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
 from .placement import RESOURCE_BY_DEVICE, node_resource
 
 RAY_PORT = 6379
+DASHBOARD_HOST = "127.0.0.1"   # the head's loopback: reach it with an SSH tunnel
+TOKEN_PATH = "~/.ray/auth_token"   # Ray's own default place for the token
+
+
+def auth_env(token_path: str) -> dict[str, str]:
+    """What every Ray process of the cluster needs to authenticate: the mode and where
+    the token is (never the token)."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False   # a host name: assume others can reach it
+
+
+def token_problem(head: str, token_path: str) -> Optional[str]:
+    """Why the cluster must not start (None: it may): a head others can reach, and no token."""
+    path = Path(os.path.expanduser(token_path))
+    if is_loopback(head) or (path.is_file() and path.stat().st_size > 0):
+        return None
+    return (f"head={head} is reachable from other machines and there is no token at {path}: create one with "
+            f"`asp-launch --new-token --token-path={token_path}` on a file system every node mounts (or write "
+            "the token there from your secret store), then start the nodes")
+
+
+def new_token(token_path: str) -> bool:
+    """Write a fresh random token to ``token_path`` (mode 0600), unless one is there;
+    returns whether it wrote one. The token is never printed."""
+    path = Path(os.path.expanduser(token_path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return True
 WAIT_TIMEOUT_S = 1800.0     # MindSpeed-RL's examples wait without a bound; a bound makes a missing node an error
 WAIT_POLL_S = 5.0           # MindSpeed-RL's examples poll every 5 s too
 
@@ -104,11 +158,12 @@ def layout_arguments(layout, shipped: Optional[Mapping[str, Mapping]] = None) ->
         f"layout.{k}={shlex.quote(str(getattr(layout, k)))}" for k in keys]
 
 
-def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = WAIT_TIMEOUT_S) -> str:
+def wait_command(layout, mode_name: str, head_address: str, timeout_s: float = WAIT_TIMEOUT_S,
+                 token_path: str = TOKEN_PATH) -> str:
     """The head's wait step: ``asp-launch ... --wait`` returns 0 once the cluster is complete,
     1 (naming what is missing) after ``timeout_s``."""
     return " ".join(["asp-launch", *layout_arguments(layout), f"mode={mode_name}", f"head={head_address}", "--wait",
-                     f"--wait-timeout={timeout_s:g}"])
+                     f"--wait-timeout={timeout_s:g}", f"--token-path={shlex.quote(os.path.expanduser(token_path))}"])
 
 
 def _env_prefix(env: Optional[Mapping[str, str]]) -> list[str]:
@@ -117,17 +172,20 @@ def _env_prefix(env: Optional[Mapping[str, str]]) -> list[str]:
 
 def launch_commands(layout, mode_name: str, head_address: str, overrides: list[str],
                     node_env: Optional[Mapping[str, str]] = None,
-                    driver_env: Optional[Mapping[str, str]] = None) -> tuple[list[NodeCommand], str]:
+                    driver_env: Optional[Mapping[str, str]] = None, token_path: str = TOKEN_PATH,
+                    dashboard_host: str = DASHBOARD_HOST) -> tuple[list[NodeCommand], str]:
     """(one ``ray start`` per layout node, the driver command for the head; run
     :func:`wait_command` before it). ``node_env``: variables every node's Ray processes
     need (their workers inherit them from ``ray start``), written before each ``ray
-    start`` and the driver; ``driver_env``: variables of the driver only (its actors get
-    them through runtime/placement.npu_actor_env)."""
+    start`` and the driver, after the token settings (:func:`auth_env`); ``driver_env``:
+    variables of the driver only (its actors get them through runtime/placement.npu_actor_env)."""
+    node_env = {**auth_env(os.path.expanduser(token_path)), **(node_env or {})}
     nodes = []
     for k in range(used_nodes(layout, mode_name)):
         flags = _device_flags(layout) + [f"--resources={shlex.quote(_resources(layout, k))}"]
         if k == 0:
-            cmd = [*_env_prefix(node_env), "ray", "start", "--head", f"--port={RAY_PORT}", *flags]
+            cmd = [*_env_prefix(node_env), "ray", "start", "--head", f"--port={RAY_PORT}",
+                   f"--dashboard-host={dashboard_host}", *flags]
         else:
             cmd = [*_env_prefix(node_env), "ray", "start", f"--address={head_address}:{RAY_PORT}", *flags]
         nodes.append(NodeCommand(k, "head" if k == 0 else "worker", node_units(layout, mode_name, k), " ".join(cmd)))
