@@ -218,3 +218,15 @@ def test_the_sensitivity_study_varies_one_unknown_for_all_three_systems():
         for r in trio:
             load_config(list(r.overrides), local_install=False)   # every row is a valid config
     assert sorted(set(round(v, 6) for v in study.paper_ratios.values())) == [round(536.7 / 216, 6), round(927 / 216, 6)]
+
+
+def test_a_global_refresh_shares_the_senders_link_among_the_actors():
+    """verl's global sync: the 4 actors load together from trainer rank 0's one 25 GB/s
+    port, a quarter each; ASP's rolling refresh loads one at a time at the whole port;
+    hybrid reshards in place over the node's links."""
+    asp = setup_from_config(load_config(["experiment=table3_qwen3_30b_a3b_asp"]))
+    verl = setup_from_config(load_config(["experiment=table3_qwen3_30b_a3b_async_fifo"]))
+    hybrid = setup_from_config(load_config(["experiment=table3_qwen3_30b_a3b_hybrid"]))
+    assert asp.load_bandwidth == pytest.approx(25e9)
+    assert verl.load_bandwidth == pytest.approx(25e9 / 4)
+    assert hybrid.load_bandwidth == pytest.approx(8 * 392e9)

@@ -64,8 +64,22 @@ def setup_from_config(cfg) -> SimSetup:
                  if engine.first_principles else 0.0)
     return SimSetup(instance=instance, num_actors=len(placement.generators), train_devices=train_devices,
                     colocated=colocated, extra_forwards=extra_forwards(cfg, colocated), publish_s=publish_time(model, engine),
-                    load_bandwidth=load_bandwidth(hardware, engine, devices, link), switch_s=switch,
+                    load_bandwidth=instance_load_bandwidth(cfg, hardware, engine, devices, link, colocated,
+                                                           len(placement.generators)), switch_s=switch,
                     recompute=engine.recompute == "full", grad_sync_s=grad_sync)
+
+
+def instance_load_bandwidth(cfg, hardware, engine, devices: int, link: float, colocated: bool, actors: int) -> float:
+    """Bytes/s into one instance at a refresh. Colocated (hybrid), every device reshards
+    its own shard over the node's links; decoupled, the trainer's ``weight_sync_senders``
+    links feed the instances (``costs.load_bandwidth``), all of them at once under
+    ``mode.refresh=global`` (every actor loads together, so each gets ``1 / actors`` of the
+    sender), one at a time under rolling refresh (concurrent rolling loads are not
+    modelled)."""
+    if colocated:
+        return devices * link
+    concurrent = actors if cfg.mode.refresh == "global" else 1
+    return load_bandwidth(hardware, engine, devices, link, concurrent)
 
 
 def extra_forwards(cfg, colocated: bool) -> int:
