@@ -37,8 +37,12 @@ def read_jsonl(path):
     ("mode=hybrid", "scheduler=fifo", "scheduler.slack=0"),
 ])
 def test_each_mode_trains(ray_cluster, tmp_path, overrides):
-    cfg, run_dir, summary = run(tmp_path, *overrides)
+    phases = []
+    cfg, run_dir, summary = run(tmp_path, *overrides, on_phase=phases.append)
     assert summary["steps"] == 2
+    # Start-up is reported phase by phase, in order, before the first step.
+    assert [p.split(":")[0] for p in phases] == ["plan ready", "Ray cluster up", "placement ready", "models loaded",
+                                                "first minibatch generated"]
     assert summary["at_finish"]["at_finish"] == cfg.mode.at_finish and not summary["at_finish"]["interrupted"]
     consumed = summary["consumed_prompt_ids"]
     assert len(consumed) == len(set(consumed)) == 2 * cfg.rl.global_batch_size

@@ -14,6 +14,7 @@ queue.jsonl and summary.json into the run directory; ``asp-report RUN_DIR`` draw
 from __future__ import annotations
 
 import sys
+import time
 
 SUMMARY = ("Train the policy with asynchronous GRPO (mode=async|hybrid, scheduler=asp|fifo|sorted) on Ray, on a "
            "task (task=maze|dataset|maze_dataset) with model.path any local Qwen2/Qwen3 checkpoint.")
@@ -120,7 +121,13 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
                 checking = progress.add_task("final check", total=total, info="", unit="samples")
             progress.update(checking, completed=done, total=total, info=f"sampling {what}")
 
-        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task)
+        began = time.time()
+
+        def on_phase(what: str) -> None:   # start-up, before the first step
+            progress.update(bar, info=what)
+            progress.console.print(f"startup {time.time() - began:6.1f}s  {what}")
+
+        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task, on_phase=on_phase)
     if summary.get("interrupted") and summary.get("stage") != "final evaluation":
         how = (f"resume with `{summary['resume_command']}`" if summary.get("resume_command")
                else "no checkpoint to resume from (set save_every=K to write them)")

@@ -199,14 +199,39 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     return generators, trainers
 
 
+class FirstGeneration:
+    """Observer: tells ``phase`` when the first minibatch is generated (the last start-up
+    phase; the first step follows once a step's prompts are in)."""
+
+    def __init__(self, phase: Callable[[str], None]):
+        self.phase, self.seen = phase, False
+
+    def submitted(self, action, t: float) -> None:
+        pass
+
+    def observed(self, event, core, t: float) -> None:
+        from ..control.core import Generate
+        from ..control.loop import Done
+
+        if not self.seen and isinstance(event, Done) and isinstance(event.action, Generate):
+            self.seen = True
+            self.phase("first minibatch generated")
+
+    def finished(self, outcome, core, t: float) -> None:
+        pass
+
+
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
                  on_eval: Callable[[str, int, int], None] | None = None, task=None,
-                 fail_transfer_once: int | None = None, hold_actor_once: tuple[int, str] | None = None) -> dict:
+                 fail_transfer_once: int | None = None, hold_actor_once: tuple[int, str] | None = None,
+                 on_phase: Callable[[str], None] | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
-    during the final initial-vs-final check. ``task``: the run's task if the caller built
+    during the final initial-vs-final check; ``on_phase(what)`` as start-up goes through its
+    phases (plan, Ray, placement, models loaded, first generation), so a user sees progress
+    before the first step. ``task``: the run's task if the caller built
     it already (``schedule.configured.configured_task``, before writing the run directory).
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
@@ -242,7 +267,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     task = task if task is not None else configured_task(cfg, tokenizer, training=True)
     prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
+    phase = on_phase or (lambda what: None)
     resume, prior, minibatches = start_segment(cfg, run_dir, prompts)
+    phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
     epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
     offset = prior.version
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
@@ -259,6 +286,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         raise ConfigError("mode=hybrid with engine=mindspeed is MindSpeed-RL's own colocated run (launch its "
                           "cli/train_grpo.py for that baseline); ASP's engine=mindspeed runs mode=async")
     started_ray = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
+    phase("Ray cluster up")
     resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": offset}
     task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
                     "correctness_reward": task.rewards.correctness.name,
@@ -282,9 +310,11 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 placement.describe(worker_groups_of(cfg.engine.name, cfg.mode.name, layout)) + "\n")
             pg = placement_group(list(placement.bundles), strategy="PACK")
             ray.get(pg.ready())
+            phase(f"placement ready: {len(placement.bundles)} node bundle(s)")
             generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task)
             trainer = trainers[0]
             ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
+            phase(f"models loaded: {len(generators)} generation actor(s), {len(trainers)} trainer rank(s)")
             connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
             if resume is not None:
                 ray.get([t.load_checkpoint.remote(str(resume.path)) for t in trainers])
@@ -310,7 +340,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                         lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]))
             # Per-epoch rank quality and bubbles; with scheduler.refit, re-plans later epochs.
             replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
-            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster)))
+            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster),
+                                              FirstGeneration(phase)))
             while loop.advance():
                 pass
             outcome = loop.outcome
