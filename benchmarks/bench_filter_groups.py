@@ -18,7 +18,14 @@ markdown table (pasted into docs/benchmarks.md)::
     HF_HUB_OFFLINE=1 python benchmarks/bench_filter_groups.py --steps 6 --keep runs/bench_filter_groups
     HF_HUB_OFFLINE=1 python benchmarks/bench_filter_groups.py --reuse runs/bench_filter_groups   # re-read
 
-Further arguments are config overrides for both runs (e.g. ``rl.n_samples_per_prompt=8``).
+Further arguments are config overrides for every run (e.g. ``rl.n_samples_per_prompt=8``).
+
+``--sim EXPERIMENT [...]``: the same comparison on the simulator instead (``asp-simulate``:
+the real core and planner on a virtual cluster, simulated rewards, ``sim/rewards.py``),
+for each named experiment, e.g. the Table 3 presets; effective tokens/s per run there::
+
+    python benchmarks/bench_filter_groups.py --sim table3_qwen3_30b_a3b_asp table3_qwen3_30b_a3b_hybrid \
+        --steps 8 task.num_prompts=256
 """
 from __future__ import annotations
 
@@ -70,7 +77,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument("--reuse", type=Path, help="re-read the runs kept in this directory")
+    parser.add_argument("--sim", nargs="+", metavar="EXPERIMENT", help="simulate these experiments instead")
     args, overrides = parser.parse_known_args()
+    if args.sim:
+        simulated(args.sim, args.steps, overrides)
+        return
     root = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="bench_filter_groups_"))
     rows = []
     for tag, extra in RUNS:
@@ -90,6 +101,28 @@ def main() -> None:
         print(f"\neffective tokens/s, {tag} / none: {f['effective_tokens_per_s'] / base['effective_tokens_per_s']:.2f}x "
               f"(effective tokens per step: {f['effective_tokens'] / f['steps']:.0f} vs "
               f"{base['effective_tokens'] / base['steps']:.0f})")
+
+
+def simulated(experiments: list[str], steps: int, overrides: list[str]) -> None:
+    """The comparison on the simulator: effective tokens/s = response tokens trained in
+    groups whose simulated rewards have a spread / the simulated run's time."""
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.sim.run import simulate
+
+    print("| experiment | filter_groups | iteration s | effective tokens/s | generated tokens/s "
+          "| rejected groups | extra minibatches |")
+    print("|---|---|---|---|---|---|---|")
+    for experiment in experiments:
+        base = None
+        for rule in ("none", "std"):
+            cfg = load_config([f"experiment={experiment}", f"steps={steps}", *overrides, f"algo.filter_groups={rule}"],
+                              local_install=False)
+            r = simulate(cfg)
+            d = r.dynamic_sampling
+            base = base or d["effective_tokens_per_s"]
+            print(f"| {experiment} | {rule} | {r.iteration_s:.1f} | {d['effective_tokens_per_s']:.0f} "
+                  f"({d['effective_tokens_per_s'] / base:.2f}x) | {r.tokens / r.total_s:.0f} | {d['rejected_groups']} "
+                  f"| {d['extra_minibatches']} |")
 
 
 if __name__ == "__main__":

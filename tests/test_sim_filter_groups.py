@@ -15,9 +15,9 @@ SHORT = ["steps=4", "task.num_prompts=128"]
 @pytest.mark.parametrize("experiment", ["table3_qwen3_30b_a3b_asp", "table3_qwen3_30b_a3b_hybrid"])
 def test_filtering_generates_extra_minibatches_and_the_ledger_is_exact(experiment, tmp_path):
     base = load_config([f"experiment={experiment}", *SHORT])
-    plain = simulate(base)
+    plain = simulate(base, tmp_path / "plain")
     cfg = load_config([f"experiment={experiment}", *SHORT, "algo.filter_groups=std"])
-    result = simulate(cfg, tmp_path)
+    result = simulate(cfg, tmp_path / "std")
     ds, b = result.dynamic_sampling, cfg.rl.global_batch_size
     assert result.steps == 4 and ds["consumed_prompts"] == 4 * b
     assert ds["rejected_groups"] > 0 and ds["extra_minibatches"] > 0
@@ -27,9 +27,15 @@ def test_filtering_generates_extra_minibatches_and_the_ledger_is_exact(experimen
     # Every dispatched prompt is trained, rejected or left over at the end, once.
     assert ds["dispatched_prompts"] == ds["consumed_prompts"] + ds["rejected_groups"] + ds["unused_prompts"]
     assert plain.dynamic_sampling["rejected_groups"] == 0
-    metrics = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(x) for x in (tmp_path / "std" / "metrics.jsonl").read_text().splitlines()]
     assert sum(m["rejected_groups"] for m in metrics) <= ds["rejected_groups"]
     assert result.total_s > plain.total_s     # the rejected groups' generation time is spent too
+    # Effective tokens: filtering trains only groups with a reward spread; without it the
+    # flat groups' tokens are trained too and do not count.
+    assert ds["effective_tokens"] == sum(m["response_tokens"] for m in metrics)
+    assert all(m["informative_groups"] == b for m in metrics)
+    plain_metrics = [json.loads(x) for x in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    assert 0 < plain.dynamic_sampling["effective_tokens"] < sum(m["response_tokens"] for m in plain_metrics)
 
 
 def test_simulated_rewards_are_deterministic_and_follow_the_solve_rate():

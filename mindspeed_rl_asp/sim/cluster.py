@@ -71,6 +71,8 @@ class SimCluster:
         self._seq_of: dict[Action, int] = {}
         self.timings: dict[str, MinibatchTiming] = {}   # minibatch id -> its timing (bubbles)
         self.dispatched_prompts = 0
+        self.group_rewards: dict[str, Sequence[float]] = {}   # prompt id -> its finished group's rewards
+        self.effective_tokens = 0   # response tokens trained in groups whose rewards have a spread
 
     def now(self) -> float:
         return self.clock
@@ -90,7 +92,9 @@ class SimCluster:
                 continue
             self.clock = end
             if isinstance(action, Generate) and self.rewards is not None:
-                return Done(action, report, rewards=self.rewards(action))
+                rewards = self.rewards(action)
+                self.group_rewards.update(rewards)
+                return Done(action, report, rewards=rewards)
             return Done(action, report)
         raise RuntimeError("next_event with nothing in flight")
 
@@ -138,6 +142,11 @@ class SimCluster:
                        "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
                        "policy_age_mean": sum(k * v for k, v in ages.items()) / max(len(lengths), 1),
                        "policy_age_max": max(ages, default=0)}
+            if self.rewards is not None:   # the groups with a GRPO signal (rewards with a spread)
+                signal = [p for p in action.prompt_ids if max(self.group_rewards[p]) != min(self.group_rewards[p])]
+                effective = sum(self._rows(signal)[1])
+                self.effective_tokens += effective
+                metrics.update(informative_groups=len(signal), informative_response_tokens=effective)
             return duration, StepReport(action.step, action.step + 1, start, start + duration, metrics)
         if isinstance(action, Publish):
             return s.publish_s + (s.switch_s if s.colocated else 0.0), None

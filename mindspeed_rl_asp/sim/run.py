@@ -307,19 +307,23 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
 
 
 def sim_rewards(cfg):
-    """The simulated rewards the core's reject rule reads, with ``algo.filter_groups`` on."""
-    if cfg.algo.filter_groups == "none":
-        return None
+    """The simulated rewards (``sim/rewards.py``): always drawn, so that a run's effective
+    tokens (those of groups with a reward spread) are known; the core's reject rule reads
+    them only with ``algo.filter_groups`` on."""
     from .rewards import reward_source
 
     return reward_source(cfg.rl.n_samples_per_prompt, cfg.sim.solve_rate, cfg.sim.solve_concentration, cfg.sim.seed)
 
 
-def dynamic_sampling_result(cfg, core, cluster: SimCluster, outcome) -> dict:
+def dynamic_sampling_result(cfg, core, cluster: SimCluster, outcome, total_s: float = 0.0) -> dict:
     """What dynamic sampling did: groups rejected, minibatches generated in all and to make
-    up for rejections, and the prompt ledger (dispatched = consumed + rejected + unused)."""
+    up for rejections, the prompt ledger (dispatched = consumed + rejected + unused), and
+    the effective tokens (response tokens trained in groups whose simulated rewards have a
+    spread, the only ones with a GRPO signal) in all and per second of the run."""
     snap, finish = core.snapshot(), outcome.finish
     return {"filter_groups": cfg.algo.filter_groups, "rejected_groups": snap.rejected_prompts,
+            "effective_tokens": cluster.effective_tokens,
+            "effective_tokens_per_s": cluster.effective_tokens / total_s if total_s else 0.0,
             "extra_minibatches": snap.extra_minibatches, "generated_minibatches": len(cluster.timings),
             "dispatched_prompts": cluster.dispatched_prompts, "consumed_prompts": len(core.consumed_ids()),
             "unused_prompts": len(finish.queued) + len(finish.running) if finish else 0}
@@ -366,7 +370,7 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         mindspeed_e2e_tps_mean=mean_tokens / world / total if total else 0.0,
         mindspeed_vllm_tps=max_tokens / world / rollout if rollout else 0.0,
         latency_bound_s=latency, bound_by="tail" if latency > bound else "throughput",
-        dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome))
+        dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome, total))
 
 
 def _weighted(timings, attr: str, weight, total_weight: float) -> float:
