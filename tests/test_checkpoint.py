@@ -203,3 +203,26 @@ def test_a_checkpoint_without_a_manifest_is_checked_for_its_parts(tmp_path):
     path = write_checkpoint(tmp_path, state(2), write_trainer_files, keep=3)
     (path / MANIFEST).unlink()
     assert find_resume_point(tmp_path_with_config(tmp_path)).path == path
+
+
+def test_faults_and_failures_survive_a_resume(tmp_path):
+    """The control state carries the run's faults and generation failures: a resumed
+    segment adds its own to the saved ones instead of starting from zero."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl_asp.runtime.checkpoint import Checkpointer
+
+    died = {"t": 1.0, "actor": 0, "kind": "died"}
+    prior = ControlState(4, ["a"], [("mb0", ["a", "b"])], epochs=1, total_steps=8, generation_failures=1,
+                         faults=[died])
+    segment = SimpleNamespace(failures=2, faults=[{"t": 0.5, "actor": 1, "kind": "load_failed"}])
+    core = SimpleNamespace(trainer_version=2, consumed_ids=lambda: ["b"],
+                           dispatcher=SimpleNamespace(minibatches=[]),
+                           snapshot=lambda: SimpleNamespace(age_histogram={}))
+    saved = Checkpointer(tmp_path, 0, 2, prior, 0.0, write_trainer_files, faults=segment).state(core, 3.0)
+    assert saved.version == 6 and saved.generation_failures == 3
+    assert saved.faults == [died, segment.faults[0]]
+    assert ControlState.from_json(saved.to_json()) == saved   # and through control.json
+    older = json.loads(saved.to_json())
+    del older["faults"]   # a control.json from before faults were saved
+    assert ControlState.from_json(json.dumps(older)).faults == []

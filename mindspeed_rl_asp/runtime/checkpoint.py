@@ -70,6 +70,7 @@ class ControlState:
     age_histogram: dict[str, int] = field(default_factory=dict)
     wall_time_s: float = 0.0
     generation_failures: int = 0
+    faults: list = field(default_factory=list)   # the run's actor faults so far (summary.json's "faults")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
@@ -278,9 +279,12 @@ class Checkpointer(Observer):
     clock; ``write_trainer(dir)``: the trainer ranks write their part into ``dir``."""
 
     def __init__(self, run_dir: Path, every: int, keep: int, prior: ControlState, start: float,
-                 write_trainer: Callable[[Path], None]) -> None:
+                 write_trainer: Callable[[Path], None], faults=None) -> None:
+        """``faults``: what counts this segment's faults (the run recorder: ``failures``,
+        ``faults``), carried into the control state so that they survive a resume."""
         self.run_dir, self.every, self.keep = Path(run_dir), every, keep
         self.prior, self.start, self.write_trainer = prior, start, write_trainer
+        self.faults = faults
         self.last_path: Optional[Path] = None
         self.last_version = prior.version if prior.version else None
         self.attempts = 0
@@ -298,7 +302,9 @@ class Checkpointer(Observer):
             minibatches=[(mb.minibatch_id, list(mb.prompt_ids)) for mb in core.dispatcher.minibatches],
             epochs=prior.epochs, total_steps=prior.total_steps,
             age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
-            wall_time_s=prior.wall_time_s + (t - self.start), generation_failures=prior.generation_failures)
+            wall_time_s=prior.wall_time_s + (t - self.start),
+            generation_failures=prior.generation_failures + (self.faults.failures if self.faults else 0),
+            faults=list(prior.faults) + (list(self.faults.faults) if self.faults else []))
 
     def save(self, core, t: float) -> Optional[Path]:
         """Checkpoint the current version (once per version); returns its directory."""

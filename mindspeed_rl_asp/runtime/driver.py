@@ -296,7 +296,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         """What every summary says (done, failed or interrupted), plus ``more``."""
         return {"steps": core.trainer_version + offset, "epochs": epochs,
                 "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
-                "faults": recorder.faults if recorder is not None else [],
+                "faults": list(prior.faults) + (recorder.faults if recorder is not None else []),
                 "resumed_from": resumed_from, "task": task_summary, **more}
 
     with interrupt_signals() as received:
@@ -337,7 +337,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                                    if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
                                    engine=cfg.engine, step_offset=offset, elapsed_offset=prior.wall_time_s)
             checkpointer = Checkpointer(run_dir, cfg.save_every, cfg.keep_checkpoints, prior, start,
-                                        lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]))
+                                        lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
+                                        faults=recorder)
             # Per-epoch rank quality and bubbles; with scheduler.refit, re-plans later epochs.
             replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
             loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster),
