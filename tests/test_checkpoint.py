@@ -165,6 +165,16 @@ def test_asp_train_resume_without_a_checkpoint_writes_nothing(saved_run, capsys)
     assert {p.name: p.stat().st_mtime_ns for p in saved_run.iterdir()} == before
 
 
+def test_resume_of_a_finished_run_writes_nothing(saved_run, capsys):
+    """Refused before the segment's config.resume-*.yaml (or anything else) is written."""
+    from mindspeed_rl_asp.cli.train import main
+
+    write_checkpoint(saved_run, state(4), write_trainer_files, keep=2)   # all steps=4 trained
+    before = sorted(str(p.relative_to(saved_run)) for p in saved_run.rglob("*"))
+    assert main([f"resume={saved_run}"]) == 2
+    assert "already trained all steps=4" in capsys.readouterr().err
+    assert sorted(str(p.relative_to(saved_run)) for p in saved_run.rglob("*")) == before
+
 
 @pytest.mark.parametrize("damaged", ["policy/model.safetensors", TRAINER_STATE, CONTROL, "policy/config.json"])
 @pytest.mark.parametrize("how", ["truncated", "changed", "deleted"])

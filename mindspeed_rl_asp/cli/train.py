@@ -35,10 +35,11 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
     resume = None
     if cfg.resume:   # the saved config with this command line's overrides, and the checkpoint to start from
         from ..config.resume import resume_config
-        from ..runtime.checkpoint import find_resume_point
+        from ..runtime.checkpoint import check_steps_left, find_resume_point
 
         cfg = resume_config(cfg.resume, overrides)
         resume = find_resume_point(cfg.resume)
+        check_steps_left(resume, cfg.steps, cfg.resume)   # before anything is written
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
                                trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
     worker_groups = worker_groups_of(cfg.engine.name, cfg.mode.name, OmegaConf.to_object(cfg.layout))

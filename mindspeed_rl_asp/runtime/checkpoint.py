@@ -361,6 +361,13 @@ def find_resume_point(run_dir: Path) -> ResumePoint:
     return ResumePoint(path, control, tuple(skipped))
 
 
+def check_steps_left(resume: ResumePoint, steps: int, run_dir) -> None:
+    """A ConfigError when the checkpoint already holds every step (nothing to resume)."""
+    if resume.version >= steps:
+        raise ConfigError(f"resume={str(run_dir)!r}: the run already trained all steps={steps} "
+                          f"(checkpoint {resume.path.name}); nothing to resume (a larger steps=N continues it)")
+
+
 def set_aside_metrics_after(run_dir: Path, version: int) -> int:
     """Move the metrics rows of steps >= ``version`` (trained after the checkpoint by the
     run segment that died; the resume trains them again) to ``metrics.discarded.jsonl``.
@@ -382,5 +389,5 @@ def set_aside_metrics_after(run_dir: Path, version: int) -> int:
 __all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",
            "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint", "damage",
            "write_manifest", "intact_checkpoints",
-           "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point",
+           "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point", "check_steps_left",
            "set_aside_metrics_after"]

@@ -140,8 +140,7 @@ def start_segment(cfg, run_dir: Path, prompts):
     minibatches to dispatch)``. A new run plans (``plan.json``); a resumed one takes the
     checkpoint's dispatch list minus what was trained, sweeps partial checkpoints and
     sets aside the metrics the dead segment wrote after its checkpoint."""
-    from ..config.validate import ConfigError
-    from .checkpoint import (ControlState, checkpoints_dir, find_resume_point, remaining_minibatches,
+    from .checkpoint import (ControlState, check_steps_left, checkpoints_dir, find_resume_point, remaining_minibatches,
                              set_aside_metrics_after, sweep_partials)
     from .planning import plan_run
 
@@ -151,9 +150,7 @@ def start_segment(cfg, run_dir: Path, prompts):
         return None, ControlState(0, [], [], epochs, cfg.steps), minibatches
     resume = find_resume_point(run_dir)
     prior = resume.control
-    if prior.version >= cfg.steps:
-        raise ConfigError(f"resume={cfg.resume!r}: the run already trained all steps={cfg.steps} "
-                          f"(checkpoint {resume.path.name}); nothing to resume")
+    check_steps_left(resume, cfg.steps, cfg.resume)
     sweep_partials(checkpoints_dir(run_dir))
     set_aside_metrics_after(run_dir, prior.version)
     return resume, prior, remaining_minibatches(prior.minibatches, prior.consumed)
