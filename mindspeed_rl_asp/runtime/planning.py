@@ -71,9 +71,9 @@ def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
 
-    control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
-    refill = refill_passes(minibatches, taken) if control.filter_groups != "none" else None
-    try:
+    try:   # the config's checks and the plan's, both refusals named with the mode and scheduler
+        control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
+        refill = refill_passes(minibatches, taken) if control.filter_groups != "none" else None
         return ControlCore(control, minibatches, refill=refill)
     except ValueError as error:
         raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
