@@ -59,6 +59,7 @@ class TrainingWorker:
         from ..tasks.rewards import user_import_roots_on_path
 
         rl = SimpleNamespace(**rl_cfg)
+        self.source_path = reference_path or model_path   # the run's starting checkpoint: exports follow it
         self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
                                            rl, temperature)
         self.tokenizer = self.engine.tokenizer
@@ -284,7 +285,17 @@ class TrainingWorker:
         self.sender.inject_failure(after_buckets)
 
     def save(self, path: str) -> None:
-        self.engine.save(path)   # sharded: every rank gathers, rank 0 writes
+        """The final policy (``final_policy/``) in the starting checkpoint's dtype, with its
+        config and tokenizer files (``engines/export.py``); engine=mindspeed also writes
+        MindSpeed-RL's own actor checkpoint."""
+        from ..engines.export import export_policy
+
+        native = getattr(self.engine, "save_native", None)
+        if native is not None:
+            native()
+        tensors = self.engine.state_tensors()   # sharded: every rank gathers, rank 0 gets them
+        if tensors is not None:
+            export_policy(path, tensors, self.source_path)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str) -> None:

@@ -445,19 +445,19 @@ class MindSpeedTrainingEngine:
     def export_weights(self) -> ExportedWeights:
         return ExportedWeights(self.version, self.state_tensors())
 
-    def save(self, path: str) -> None:
+    def save_native(self) -> None:
         """MindSpeed-RL's own checkpoint of the actor (weights and optimizer, in its ``save``
-        directory), and the policy as a Hugging Face checkpoint at ``path`` (config and
-        tokenizer of the starting model, the weights mapped by the weight map)."""
-        from safetensors.torch import save_file
-        from transformers import AutoConfig
-
+        directory)."""
         self.actor.save_checkpoint(self.version)
-        tensors = {k: v.contiguous() for k, v in self.state_tensors().items()}
-        os.makedirs(path, exist_ok=True)
-        save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-        AutoConfig.from_pretrained(self.model_path).save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+
+    def save(self, path: str) -> None:
+        """MindSpeed-RL's own checkpoint, and the policy as a Hugging Face checkpoint at
+        ``path`` (the weights mapped by the weight map, in the starting model's dtype, with
+        its config and tokenizer files: engines/export.py)."""
+        from ...engines.export import export_policy
+
+        self.save_native()
+        export_policy(path, self.state_tensors(), self.model_path)
 
     def optimizer_state(self) -> dict:
         """Empty: the optimizer is in MindSpeed-RL's own checkpoint (``save``)."""

@@ -1,0 +1,51 @@
+"""The final policy loads where its source loads: the source's dtype, config and tokenizer
+files (engines/export.py)."""
+import json
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from mindspeed_rl_asp.engines.export import CARRIED_FILES, export_policy
+
+TINY = Path(__file__).resolve().parents[1] / "mindspeed_rl_asp" / "assets" / "tiny-maze-qwen3"
+
+
+def bf16_source(tmp_path) -> Path:
+    """The tiny policy as a bfloat16 checkpoint (what a user's model usually is)."""
+    source = tmp_path / "source"
+    shutil.copytree(TINY, source)
+    config = json.loads((source / "config.json").read_text())
+    config["dtype"] = "bfloat16"
+    (source / "config.json").write_text(json.dumps(config, indent=2))
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(str(source / "model.safetensors")).items()}
+    save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
+    return source
+
+
+def test_export_keeps_the_source_dtype_and_files(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = bf16_source(tmp_path)
+    trained = {k: v.float() + 1e-3 for k, v in AutoModelForCausalLM.from_pretrained(str(TINY)).state_dict().items()}
+    out = export_policy(tmp_path / "final_policy", trained, source)
+    for name in CARRIED_FILES:   # byte for byte: readable by whatever reads the source
+        if (source / name).is_file():
+            assert (out / name).read_bytes() == (source / name).read_bytes(), name
+    weights = load_file(str(out / "model.safetensors"))
+    assert {v.dtype for v in weights.values()} == {torch.bfloat16}
+    assert "lm_head.weight" not in weights   # tied: the loader ties it again
+    assert all(torch.equal(weights[k], trained[k].to(torch.bfloat16)) for k in weights)
+    fp32_bytes = sum(v.numel() * 4 for k, v in trained.items() if k != "lm_head.weight")
+    assert (out / "model.safetensors").stat().st_size < 0.55 * fp32_bytes   # half, not the trainer's float32
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
+    assert AutoTokenizer.from_pretrained(str(out))("<|up|>")["input_ids"] == \
+        AutoTokenizer.from_pretrained(str(source))("<|up|>")["input_ids"]
+
+
+def test_a_float32_source_exports_float32(tmp_path):
+    trained = load_file(str(TINY / "model.safetensors"))
+    out = export_policy(tmp_path / "out", trained, TINY)
+    assert {v.dtype for v in load_file(str(out / "model.safetensors")).values()} == {torch.float32}
