@@ -236,3 +236,41 @@ def test_faults_and_failures_survive_a_resume(tmp_path):
     older = json.loads(saved.to_json())
     del older["faults"]   # a control.json from before faults were saved
     assert ControlState.from_json(json.dumps(older)).faults == []
+
+
+def test_rollouts_after_the_checkpoint_are_set_aside_too(tmp_path):
+    rows = [{"step": s, "prompt_id": f"p{s}", "response": "x"} for s in (0, 1, 1, 2)]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert set_aside_metrics_after(tmp_path, 1) == 0   # no metrics.jsonl: none of those moved
+    kept = [json.loads(x)["step"] for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    moved = [json.loads(x)["step"] for x in (tmp_path / "rollouts.discarded.jsonl").read_text().splitlines()]
+    assert kept == [0] and moved == [1, 1, 2]
+
+
+def test_rollout_records_say_what_the_model_wrote():
+    from mindspeed_rl_asp.runtime.training_unit import rollout_records
+
+    rows = [("p0", [1], [5, 6], [-0.1, -0.2], 3), ("p0", [1], [7], [-0.3], 3), ("p1", [2], [8, 9, 9], [0, 0, 0], 2)]
+    scores = [{"reward": r, "components": {"correctness": r}} for r in (1.0, 0.0, 0.5)]
+    decode = lambda ids: " ".join(map(str, ids))   # noqa: E731
+    every = rollout_records(rows, scores, [0.7, -0.7, 0.0], decode, -1)
+    assert [(r["prompt_id"], r["sample"], r["response"], r["length"], r["version"]) for r in every] == [
+        ("p0", 0, "5 6", 2, 3), ("p0", 1, "7", 1, 3), ("p1", 0, "8 9 9", 3, 2)]
+    assert every[0]["reward"] == 1.0 and every[0]["components"] == {"correctness": 1.0} and every[1]["advantage"] == -0.7
+    assert [r["prompt_id"] for r in rollout_records(rows, scores, [0, 0, 0], decode, 2)] == ["p0", "p0"]
+    assert rollout_records(rows, scores, [0, 0, 0], decode, 0) == []
+
+
+@pytest.mark.parametrize("value, per_step", [(True, -1), (False, 0), (5, 5), (0, 0)])
+def test_record_rollouts_values(value, per_step):
+    from mindspeed_rl_asp.config.validate import rollouts_per_step
+
+    assert rollouts_per_step(value) == per_step
+
+
+@pytest.mark.parametrize("bad", [-1, "all", 2.5])
+def test_record_rollouts_refuses_other_values(bad):
+    from mindspeed_rl_asp.config.validate import rollouts_per_step
+
+    with pytest.raises(ConfigError, match="record.rollouts="):
+        rollouts_per_step(bad)

@@ -48,6 +48,12 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     assert len(consumed) == len(set(consumed)) == 2 * cfg.rl.global_batch_size
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1]
+    # What the model wrote: every trained sample, with its prompt, reward and version.
+    written = read_jsonl(run_dir / "rollouts.jsonl")
+    per_step = cfg.rl.global_batch_size * cfg.rl.n_samples_per_prompt
+    assert [r["step"] for r in written] == [0] * per_step + [1] * per_step
+    assert {r["prompt_id"] for r in written} == set(consumed)
+    assert all(isinstance(r["response"], str) and r["version"] <= r["step"] for r in written)
     for r in rows:
         assert r["samples"] == cfg.rl.global_batch_size * cfg.rl.n_samples_per_prompt
         assert r["policy_age_max"] <= cfg.mode.max_staleness

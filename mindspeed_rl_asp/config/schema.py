@@ -443,6 +443,16 @@ class FaultConfig:
 
 
 @dataclass
+class RecordConfig:
+    """What a run writes down besides its metrics. ``rollouts``: every sample a step trains
+    on, to ``<run_dir>/rollouts.jsonl`` (prompt id, sample index, response text, reward and
+    its components, length, policy version, advantage): ``true`` all of them, ``false``
+    none, ``N`` the first N of each step."""
+
+    rollouts: Any = True
+
+
+@dataclass
 class RootConfig:
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
@@ -460,6 +470,7 @@ class RootConfig:
     sim: SimConfig = field(default_factory=SimConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)
     seed: int = 0
     steps: int = 60
     # Where this run writes config, metrics and timelines; "" picks runs/<time>-<name>.

@@ -369,6 +369,25 @@ def engine_problems(cfg, local_install: bool = True) -> list[str]:
     return config_problems(engine, cfg.layout.infer_instance_size, model_config, installed)
 
 
+def rollouts_per_step(value) -> int:
+    """``record.rollouts`` as a count per step: -1 all, 0 none, N the first N; a ConfigError
+    for anything but true, false or an integer >= 0."""
+    if isinstance(value, bool):
+        return -1 if value else 0
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise ConfigError(f"record.rollouts={value!r} must be true (every sample), false (none) or a number N >= 0 "
+                      "(the first N samples of each step)")
+
+
+def record_problems(cfg) -> list[str]:
+    try:
+        rollouts_per_step(cfg.record.rollouts)
+    except ConfigError as error:
+        return [str(error)]
+    return []
+
+
 def validate_config(cfg, training: bool = True, local_install: bool = True) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (a :class:`RootConfig`).
 
@@ -393,6 +412,7 @@ def validate_config(cfg, training: bool = True, local_install: bool = True) -> N
     problems += sampling_problems(cfg)
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
+    problems += record_problems(cfg)
     for key in ("adam_beta1", "adam_beta2"):
         beta = getattr(cfg.train, key)
         if not 0.0 <= beta < 1.0:

@@ -369,21 +369,26 @@ def check_steps_left(resume: ResumePoint, steps: int, run_dir) -> None:
 
 
 def set_aside_metrics_after(run_dir: Path, version: int) -> int:
-    """Move the metrics rows of steps >= ``version`` (trained after the checkpoint by the
-    run segment that died; the resume trains them again) to ``metrics.discarded.jsonl``.
-    Returns how many rows moved."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    keep, moved = [], []
-    for row in path.read_text(encoding="utf-8").splitlines():
-        if row.strip():
-            (keep if json.loads(row)["step"] < version else moved).append(row)
-    if moved:
-        with open(Path(run_dir) / "metrics.discarded.jsonl", "a", encoding="utf-8") as f:
-            f.write("".join(r + "\n" for r in moved))
-        _write_atomic(path, "".join(r + "\n" for r in keep))
-    return len(moved)
+    """Move the rows of steps >= ``version`` (trained after the checkpoint by the run
+    segment that died; the resume trains them again) from ``metrics.jsonl`` and
+    ``rollouts.jsonl`` to ``metrics.discarded.jsonl`` / ``rollouts.discarded.jsonl``.
+    Returns how many metrics rows moved."""
+    moved_metrics = 0
+    for name in ("metrics", "rollouts"):
+        path = Path(run_dir) / f"{name}.jsonl"
+        if not path.is_file():
+            continue
+        keep, moved = [], []
+        for row in path.read_text(encoding="utf-8").splitlines():
+            if row.strip():
+                (keep if json.loads(row)["step"] < version else moved).append(row)
+        if moved:
+            with open(Path(run_dir) / f"{name}.discarded.jsonl", "a", encoding="utf-8") as f:
+                f.write("".join(r + "\n" for r in moved))
+            _write_atomic(path, "".join(r + "\n" for r in keep))
+        if name == "metrics":
+            moved_metrics = len(moved)
+    return moved_metrics
 
 
 __all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",

@@ -188,7 +188,8 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     trainers = [
         remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
             **_ray_options(pg, slot, slot.resource or placement.resource, threads, trainer_env)).remote(
-            trainer_cfg, weights_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
+            trainer_cfg, weights_path, {**OmegaConf.to_container(cfg.train), "record_rollouts": cfg.record.rollouts},
+            OmegaConf.to_container(cfg.rl),
             OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
             cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
         for slot in placement.trainers

@@ -215,6 +215,7 @@ class RunRecorder(Observer):
         }
         self._rejected_before, self._extra_before = snap.rejected_prompts, snap.extra_minibatches
         self.writer.write(step, metrics)
+        self.write_rollouts(step, getattr(report, "rollouts", ()))
         self.window_start = now
         self._window_lengths, self._window_tokens, self._window_refresh_s = [], 0, []
         self._window_capacity = []
@@ -223,6 +224,13 @@ class RunRecorder(Observer):
         if self.on_step:
             self.on_step({"step": step, **metrics})
         return metrics
+
+    def write_rollouts(self, step: int, records) -> None:
+        """What the model wrote in step ``step`` (record.rollouts): rollouts.jsonl."""
+        if not records:
+            return
+        with open(self.run_dir / "rollouts.jsonl", "a", encoding="utf-8") as f:
+            f.write("".join(json.dumps({"step": step, **r}) + "\n" for r in records))
 
     def finished(self, outcome, core, t: float) -> None:
         """An actor still restarting when the run ended (its probe cancelled or drained

@@ -17,7 +17,7 @@ transport (``open_weight_sender``, ``send_weights`` on a transport thread).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -27,6 +27,27 @@ class StepReport:
     start: float
     end: float
     metrics: dict
+    # What the model wrote (record.rollouts): one record per sample, ``rollout_records``.
+    rollouts: list = field(default_factory=list)
+
+
+def rollout_records(rows, scores, advantages, decode, limit: int) -> list[dict]:
+    """The step's samples as records for rollouts.jsonl: prompt id, sample index within
+    its group, response text, reward and its components, length in tokens, the policy
+    version that wrote it, its advantage. ``rows[i]`` is (prompt id, prompt ids, response
+    ids, log-probs, version); ``decode(ids) -> str``; ``limit``: -1 all, else the first N."""
+    chosen = range(len(rows)) if limit < 0 else range(min(limit, len(rows)))
+    seen: dict[str, int] = {}
+    records = []
+    for i in range(len(rows)):
+        pid = rows[i][0]
+        index = seen[pid] = seen.get(pid, -1) + 1
+        if i not in chosen:
+            continue
+        records.append({"prompt_id": pid, "sample": index, "response": decode(rows[i][2]),
+                        "reward": scores[i]["reward"], "components": dict(scores[i]["components"]),
+                        "length": len(rows[i][2]), "version": int(rows[i][4]), "advantage": float(advantages[i])})
+    return records
 
 
 def epoch_sums(rows, scores, key: str = "correctness") -> dict[str, list[float]]:
@@ -59,6 +80,10 @@ class TrainingWorker:
         from ..tasks.rewards import user_import_roots_on_path
 
         rl = SimpleNamespace(**rl_cfg)
+        # record.rollouts (passed in train_cfg): samples per step written to rollouts.jsonl.
+        from ..config.validate import rollouts_per_step
+
+        self.rollouts_per_step = rollouts_per_step(train_cfg.get("record_rollouts", False))
         self.source_path = reference_path or model_path   # the run's starting checkpoint: exports follow it
         self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
                                            rl, temperature)
@@ -107,7 +132,6 @@ class TrainingWorker:
         from ..algo.dapo import score_samples
         from ..algo.grpo import group_advantages, policy_age_histogram
         from ..engines.base import TrainBatch
-        from ..policy.evaluate import strip_eos
         from ..tasks import base_prompt_id
 
         if step != self.version:
@@ -135,8 +159,7 @@ class TrainingWorker:
             # Scored on the rollout side (dynamic sampling, overlong shaping), else here.
             group_scores = scored[pid] or score_samples(
                 self.task.score, self.prompts[base_prompt_id(pid)],
-                [strip_eos(self.tokenizer.decode(r.tolist(), skip_special_tokens=False), self.tokenizer.eos_token)
-                 for r in group.response_ids], [len(r) for r in group.response_ids], {}, 0)
+                [self._decode(r) for r in group.response_ids], [len(r) for r in group.response_ids], {}, 0)
             for response, logprobs, score in zip(group.response_ids, group.logprobs, group_scores):
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
                 rewards.append(score["reward"])
@@ -188,7 +211,15 @@ class TrainingWorker:
             "policy_age_max": max(ages),
             **loss_metrics,
         }
-        return StepReport(step, self.version, start, time.time(), metrics)
+        rollouts = rollout_records(rows, scores, advantages, self._decode, self.rollouts_per_step) \
+            if self.rollouts_per_step and self.rank == 0 else []
+        return StepReport(step, self.version, start, time.time(), metrics, rollouts)
+
+    def _decode(self, response) -> str:
+        from ..policy.evaluate import strip_eos
+
+        ids = response.tolist() if hasattr(response, "tolist") else list(response)
+        return strip_eos(self.tokenizer.decode(ids, skip_special_tokens=False), self.tokenizer.eos_token)
 
     def _update(self, batch) -> dict:
         """``rl.global_batch_size / rl.mini_batch_size`` optimizer updates over the step's samples."""
