@@ -104,7 +104,7 @@ def test_recorder_writes_slot_bubble_by_batching(tmp_path):
         rec.generated(MinibatchReport("mb0", 0, 0, 0.0, 1.0, lengths), 2)
         report = SimpleNamespace(step=0, version=1, start=1.0, end=2.0, metrics={})
         snap = SimpleNamespace(queued_samples=0, in_flight_samples=0, queue_capacity=8, throttled=False,
-                               trainer_wait=False)
+                               trainer_wait=False, rejected_prompts=0, extra_minibatches=0)
         out[batching] = rec.stepped(report, 2.0, 2.1, snap)
         rec.close()
         row = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
