@@ -26,3 +26,9 @@ def test_kv_budget_is_checked_against_the_run_not_the_checkpoint():
                         validate=False)
     problems = engine_problems(whole, local_install=False)
     assert len(problems) == 1 and "engine.kv_cache_memory_bytes" in problems[0]
+
+
+def test_load_config_with_engine_vllm_checks_the_run_length():
+    """Through load_config (the checks get the plain RootConfig): a budget for the run's
+    512 tokens but not the checkpoint's 1,024 is accepted."""
+    load_config(["engine=vllm", f"engine.kv_cache_memory_bytes={7 * 128 * 2048}"], local_install=False)

@@ -129,6 +129,11 @@ def load_config(overrides: Sequence[str] = (), config_name: str = "config", vali
         reason = str(error).splitlines()[0]
         raise ConfigError(f"bad value for config key '{error.full_key}': {reason}") from None
     OmegaConf.set_readonly(cfg, False)
+    if local_install:   # a checkpoint that is here says what the model is (config/model_card.py)
+        from .model_card import fill_from_checkpoint
+        from .paths import locate
+
+        fill_from_checkpoint(cfg, locate(cfg.model.path))
     if validate:
         validate_config(to_dataclass(cfg), training, local_install)
     return cfg

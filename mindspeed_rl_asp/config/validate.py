@@ -360,12 +360,7 @@ def engine_problems(cfg, local_install: bool = True) -> list[str]:
 
     from .engine import engine_settings
 
-    from omegaconf import OmegaConf
-
-    # validate_config gets a plain RootConfig (load.to_dataclass); engine_settings reads
-    # an OmegaConf node, so hand it one.
-    node = cfg if OmegaConf.is_config(cfg) else OmegaConf.structured(cfg)
-    engine = SimpleNamespace(**engine_settings(node))   # max_model_len as the actors get it
+    engine = SimpleNamespace(**engine_settings(cfg))   # max_model_len as the actors get it
     return config_problems(engine, cfg.layout.infer_instance_size, model_config, installed)
 
 

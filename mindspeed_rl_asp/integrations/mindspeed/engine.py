@@ -51,13 +51,12 @@ below imports them when it is built.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from .job import CLI_FUNCTIONS, load_cli_functions  # noqa: F401 (re-exported: the contract checks call it here)
 
 __all__ = ["MINDSPEED_API", "ApiCall", "check_mindspeed_api", "mindspeed_install_hint", "MindSpeedTrainingEngine",
            "MindSpeedReferencePolicy", "MindSpeedEngineError", "load_cli_functions"]
@@ -127,8 +126,6 @@ MINDSPEED_API = (
     ApiCall("mindspeed_rl.utils.tokenizer", "get_tokenizer", ("tokenizer_model",)),
     ApiCall("mindspeed_rl.utils.metrics", "Metric.__init__", ()),
 )
-# From the checkout's cli/train_grpo.py (not a package): what RayActorGroup is given.
-CLI_FUNCTIONS = ("gpt_model_provider", "initialize_megatron", "get_megatron_module", "parse_training_config")
 
 
 def mindspeed_install_hint() -> str:
@@ -164,24 +161,6 @@ def check_mindspeed_api(calls: Sequence[ApiCall] = MINDSPEED_API) -> list[str]:
         if missing:
             problems.append(f"{call.module}.{call.qualname} takes no {missing} (it takes {list(parameters)})")
     return problems
-
-
-def load_cli_functions(checkout: str | None = None) -> dict[str, Callable]:
-    """``gpt_model_provider``, ``initialize_megatron``, ``get_megatron_module`` from the
-    checkout's ``cli/train_grpo.py`` (MindSpeed-RL's own; its cli/ is not a package)."""
-    root = checkout or os.environ.get("MINDSPEED_RL_CHECKOUT")
-    if not root:
-        import mindspeed_rl
-
-        root = str(Path(mindspeed_rl.__file__).resolve().parents[1])
-    path = Path(root) / "cli" / "train_grpo.py"
-    if not path.is_file():
-        raise MindSpeedEngineError(f"no {path}: set MINDSPEED_RL_CHECKOUT to the MindSpeed-RL checkout")
-    spec = importlib.util.spec_from_file_location("mindspeed_rl_cli_train_grpo", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return {name: getattr(module, name) for name in CLI_FUNCTIONS}
 
 
 def _asp_state_dict(self) -> tuple[tuple[int, int, int], dict]:

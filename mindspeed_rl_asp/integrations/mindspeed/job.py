@@ -39,7 +39,7 @@ from typing import Any
 
 __all__ = ["MindSpeedJobError", "npu_standins_dir", "mindspeed_rl_checkout", "mindspeed_rl_paths",
            "use_mindspeed_rl", "worker_env", "compose_job", "fit_job_to_t_side", "build_job", "make_kl_controller",
-           "WORKER_BACKENDS", "LOGICAL_NPUS_ENV"]
+           "WORKER_BACKENDS", "LOGICAL_NPUS_ENV", "CLI_FUNCTIONS", "load_cli_functions"]
 
 WORKER_BACKENDS = ("npu", "cpu")
 # Read by the acl stand-in: how many (logical) NPUs a node has, as AscendCL would say.
@@ -157,11 +157,24 @@ def fit_job_to_t_side(job, train_devices: int, workers: str = "npu"):
     return job
 
 
-def load_mindspeed_cli():
-    """MindSpeed-RL's ``cli/train_grpo.py`` functions (see engine.load_cli_functions)."""
-    from .engine import load_cli_functions
+# From the checkout's cli/train_grpo.py (not a package): what RayActorGroup is given, and
+# the function that builds the job's config classes.
+CLI_FUNCTIONS = ("gpt_model_provider", "initialize_megatron", "get_megatron_module", "parse_training_config")
 
-    return load_cli_functions()
+
+def load_cli_functions(checkout: str | None = None) -> dict:
+    """``gpt_model_provider``, ``initialize_megatron``, ``get_megatron_module`` and
+    ``parse_training_config`` from the checkout's ``cli/train_grpo.py`` (MindSpeed-RL's own;
+    its cli/ is not a package)."""
+    root = checkout or mindspeed_rl_checkout()
+    path = Path(root or ".") / "cli" / "train_grpo.py"
+    if not root or not path.is_file():
+        raise MindSpeedJobError(f"no {path}: set MINDSPEED_RL_CHECKOUT to the MindSpeed-RL checkout")
+    spec = importlib.util.spec_from_file_location("mindspeed_rl_cli_train_grpo", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return {name: getattr(module, name) for name in CLI_FUNCTIONS}
 
 
 def build_job(job) -> dict[str, Any]:
@@ -169,7 +182,7 @@ def build_job(job) -> dict[str, Any]:
     (which calls ``validate_rl_args``): actor_config, ref_config, reward_config, rl_config,
     generate_config, profiler_config, msprobe_config. A value MindSpeed-RL rejects is one
     error naming what it said."""
-    parse = load_mindspeed_cli()["parse_training_config"]
+    parse = load_cli_functions()["parse_training_config"]
     try:
         return parse(job)
     except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as error:
