@@ -7,23 +7,13 @@ Usage: python contract_child.py OUT.json
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 from types import SimpleNamespace
 
-CHECKS = []
+from child_checks import Checks, expect
 
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
-def expect(condition, message):
-    if not condition:
-        raise AssertionError(message)
+check = Checks()
 
 
 # ----------------------------------------------------------------------------- imports
@@ -292,25 +282,18 @@ def transfer_queue_round_trip():
 
 
 def main(out_path: str) -> int:
-    results = {}
     import ray
 
-    started = False
-    for fn in CHECKS:
-        if fn.__name__ == "transfer_dock_round_trip" and not started:
+    def before(name: str) -> None:
+        if name == "transfer_dock_round_trip" and not ray.is_initialized():
             # Enough logical CPUs: GRPOTransferDock and TransferQueueManager reserve 10 each.
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-            started = True
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception as error:  # noqa: BLE001 - reported to the parent test
-            results[fn.__name__] = f"{type(error).__name__}: {error}\n{traceback.format_exc()[-3000:]}"
-    if started:
-        ray.shutdown()
-    with open(out_path, "w") as f:
-        json.dump(results, f, indent=1)
-    return 0
+
+    try:
+        return check.run(out_path, before)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -16,24 +16,15 @@ import json
 import math
 import os
 import sys
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
+
+from child_checks import Checks, expect
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_JOB = ROOT / "configs" / "mindspeed_rl" / "grpo_tiny_cpu.yaml"
 TINY_MODEL = ROOT / "mindspeed_rl_asp" / "assets" / "tiny-maze-qwen3"
-CHECKS = []
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
-def expect(condition, message):
-    if not condition:
-        raise AssertionError(message)
+check = Checks()
 
 
 def tiny_configs(t_devices=1):
@@ -243,17 +234,10 @@ def main(out_path: str) -> int:
     use_mindspeed_rl("cpu")
     ray.init(num_cpus=2, resources={"NPU": 1}, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
-    results = {}
-    for fn in CHECKS:
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception as error:  # noqa: BLE001 - reported to the parent test
-            results[fn.__name__] = f"{type(error).__name__}: {error}\n{traceback.format_exc()[-3000:]}"
-    ray.shutdown()
-    with open(out_path, "w") as f:
-        json.dump(results, f, indent=1)
-    return 0
+    try:
+        return check.run(out_path)
+    finally:
+        ray.shutdown()
 
 
 if __name__ == "__main__":
