@@ -393,3 +393,18 @@ def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup,
     second.drain(seed + 1)
     both = trained + second.consumed
     assert len(both) == len(set(both)) == total * cfg.global_batch_size
+
+
+def test_refills_of_a_resumed_list_use_new_minibatch_ids():
+    """A resumed run's dispatch list holds its earlier refills (``r1.m0``); its own refills
+    must not reuse them (hypothesis found refill(1) giving ``r1.m0`` again)."""
+    from mindspeed_rl_asp.runtime.planning import refill_passes
+    from mindspeed_rl_asp.tasks import epoch_prompt_id
+
+    # m0's untrained part (a split keeps its id) and the refill of m0 from before the resume
+    rest = [("m0", (epoch_prompt_id("p1", 0),)), ("r1.m0", (epoch_prompt_id("p0", 1),))]
+    existing = {mb_id for mb_id, _ in rest}
+    for k in (1, 2, 3):
+        made = refill_passes(rest)(k)
+        assert not existing & {mb_id for mb_id, _ in made}
+        existing |= {mb_id for mb_id, _ in made}

@@ -86,17 +86,23 @@ def refill_passes(minibatches, taken=()):
     the data (as DAPO reads its data loader's next batch): the same cut and order, every
     prompt id moved ``k x E`` epochs on (``E``: the epochs the list spans), and further if
     ``taken`` (ids used before, e.g. trained by a resumed run's earlier segments) reaches
-    later epochs, so no id repeats; minibatch ids prefixed ``r{k}.``. Pure: the same ``k``
-    gives the same minibatches."""
+    later epochs, so no id repeats; minibatch ids prefixed ``r{k + d}.``, where ``d`` is the
+    deepest refill prefix already in ``minibatches`` (a resumed run's dispatch list holds the
+    refills of its earlier segments), so no minibatch id repeats either. Pure: the same
+    ``k`` gives the same minibatches."""
+    import re
+
     from ..tasks import base_prompt_id, epoch_prompt_id, prompt_epoch
 
     mbs = [(str(mb_id), tuple(ids)) for mb_id, ids in minibatches]
     epochs = [prompt_epoch(p) for _, ids in mbs for p in ids] or [0]
     span = max(epochs) - min(epochs) + 1
     beyond = max(0, max((prompt_epoch(p) for p in taken), default=0) - max(epochs))
+    depth = max((int(m.group(1)) for mb_id, _ in mbs for m in [re.match(r"r(\d+)\.", mb_id)] if m), default=0)
 
     def refill(k: int):
         shift = k * span + beyond
-        return [(f"r{k}.{mb_id}", tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + shift) for p in ids))
+        return [(f"r{k + depth}.{mb_id}",
+                 tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + shift) for p in ids))
                 for mb_id, ids in mbs]
     return refill
