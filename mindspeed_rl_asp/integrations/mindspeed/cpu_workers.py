@@ -118,7 +118,10 @@ class CPUIntegratedWorker:
                       asp_reference_path or asp_model_path or megatron_config.tokenizer_name_or_path)
         self.dtype, self.threads, self.temperature = asp_dtype, asp_threads, asp_temperature
         # RayActorGroup asks rank 0 for the rendezvous address of the others (there are none).
-        self.master = (socket.gethostbyname(socket.gethostname()), 0)
+        try:
+            self.master = (socket.gethostbyname(socket.gethostname()), 0)
+        except OSError:   # a host whose name does not resolve: one rank needs no rendezvous
+            self.master = ("127.0.0.1", 0)
         self.engine = self.reference = self.td = None
         self.iteration = 0
         self.consumed_train_samples = 0

@@ -281,10 +281,13 @@ def _worker_group(workers: str, configs: dict, placement_groups: list, model_pat
     if workers == "cpu":
         from .cpu_workers import cpu_worker_class
 
+        # The cpu workers compute in engine.dtype when the engine is a CPU one, else in float32
+        # (engine=mindspeed's own dtype, bfloat16, is the NPU workers').
+        on_cpu = getattr(engine_cfg, "device", "cpu") == "cpu"
         return RayActorGroup(worker=cpu_worker_class(), model_provider=None, initialize_func=None,
                              get_megatron_module=None, tokenizer=None, asp_model_path=model_path,
-                             asp_dtype=getattr(engine_cfg, "dtype", "float32") if getattr(engine_cfg, "device", "cpu")
-                             == "cpu" else "float32", asp_threads=max(1, int(getattr(engine_cfg, "num_threads", 1))),
+                             asp_dtype=getattr(engine_cfg, "dtype", "float32") if on_cpu else "float32",
+                             asp_threads=max(1, int(getattr(engine_cfg, "num_threads", 1))),
                              asp_temperature=float(temperature), **common).initialize()
     from mindspeed_rl.utils.tokenizer import get_tokenizer
 
