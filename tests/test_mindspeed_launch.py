@@ -15,7 +15,6 @@ REPO = Path(__file__).resolve().parents[1]
 CHECKOUT = os.environ.get("MINDSPEED_RL_CHECKOUT")
 needs_checkout = pytest.mark.skipif(not CHECKOUT, reason="MINDSPEED_RL_CHECKOUT is unset: no MindSpeed-RL checkout "
                                                          "to read its configs/ from")
-TINY = REPO / "mindspeed_rl_asp" / "assets" / "tiny-maze-qwen3"
 
 
 def job(name):
@@ -77,7 +76,12 @@ def test_the_printed_driver_command_dry_runs(name, capsys, monkeypatch, tmp_path
     argv = words[words.index("asp-train") + 1:]
     assert ("layout.nodes=2" in argv) == (name == "grpo_qwen25_32b_A2.yaml")
     write_packed(str(tmp_path / "data"), {"input_ids": [[5, 6, 7]] * 64, "labels": [[8]] * 64})
-    rc = train_main([*argv, f"model.path={TINY}", f"task.path={tmp_path / 'data'}", "--dry-run"])
+    # The job's model is not here: a small random checkpoint with the job's positions stands in
+    # (the config takes a checkpoint's architecture from its config.json: config/model_card.py).
+    from hf_random import save_random_checkpoint
+
+    stand_in = save_random_checkpoint(tmp_path / "model", family="qwen2", max_positions=32768)
+    rc = train_main([*argv, f"model.path={stand_in}", f"task.path={tmp_path / 'data'}", "--dry-run"])
     dry = capsys.readouterr()
     assert rc == 0, dry.err
     assert "plan: asp" in dry.out

@@ -30,3 +30,14 @@ def test_architecture_of_fills_what_transformers_defaults():
                               "num_attention_heads": 8, "vocab_size": 100})
     assert values["head_dim"] == 8 and values["num_key_value_heads"] == 8 and values["num_experts"] == 0
     assert values["family"] == "qwen2" and values["num_layers"] == 2
+
+
+def test_the_tiny_policy_by_any_path_is_left_alone():
+    """Tests and users point model.path at the shipped policy by its absolute path too (as a
+    stand-in for a model that is not here): the group's numbers stay."""
+    from mindspeed_rl_asp.config.paths import locate
+    from mindspeed_rl_asp.config.schema import ModelConfig
+
+    absolute = locate(ModelConfig.path).resolve()
+    cfg = load_config([f"model.path={absolute}", "model.max_position_embeddings=4096"], validate=False)
+    assert cfg.model.max_position_embeddings == 4096

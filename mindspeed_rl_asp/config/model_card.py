@@ -46,10 +46,11 @@ def fill_from_checkpoint(cfg, checkpoint: Path) -> dict:
     the path is elsewhere. Returns what changed, ``{key: (was, now)}``. The shipped tiny
     policy is left alone: its model group states it already (tests/test_sim_profiles.py
     keeps the two equal), and tests vary its numbers on purpose."""
+    from .paths import locate
     from .schema import ModelConfig
 
     config = Path(checkpoint) / "config.json"
-    if not config.is_file() or cfg.model.path == ModelConfig.path:
+    if not config.is_file() or Path(checkpoint).resolve() == locate(ModelConfig.path).resolve():
         return {}
     values = architecture_of(json.loads(config.read_text()))
     if cfg.model.name == DEFAULT_NAME and Path(checkpoint).name != DEFAULT_NAME:
