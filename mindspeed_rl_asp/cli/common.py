@@ -51,6 +51,34 @@ def make_console(file=None):
     return Console(file=file, soft_wrap=True, width=LOG_WIDTH, no_color=True, highlight=False)
 
 
+# Errors of the file system a run writes to, and what to do about each.
+_DISK_ADVICE = {
+    "EACCES": "choose a directory you may write (run_dir=DIR), or fix its permissions",
+    "EPERM": "choose a directory you may write (run_dir=DIR), or fix its permissions",
+    "EROFS": "the file system is read-only: choose another run_dir=DIR",
+    "ENOSPC": "the disk is full: free space there or choose run_dir=DIR on another disk (a run with "
+              "save_every continues with asp-train resume=RUN_DIR from its last checkpoint)",
+    "EDQUOT": "the disk quota is used up: free space or choose run_dir=DIR elsewhere",
+    "EISDIR": "a directory is where a file must be: remove it or choose another path",
+    "ENOTDIR": "a file is where a directory must be: remove it or choose another path",
+}
+
+
+def _is_disk_error(error: OSError) -> bool:
+    import errno
+
+    return errno.errorcode.get(error.errno or 0, "") in _DISK_ADVICE
+
+
+def disk_error_line(error: OSError) -> str:
+    """One line for a file-system error: the path, what happened, what to do."""
+    import errno
+
+    code = errno.errorcode.get(error.errno or 0, "")
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error} ({code}); {_DISK_ADVICE[code]}"
+
+
 def usage(prog: str, summary: str) -> str:
     from ..config.load import list_group_options
 
@@ -87,6 +115,11 @@ def run_command(prog: str, summary: str, body: Callable, argv: Sequence[str] | N
         return int(body(cfg) or 0)
     except expected_errors() as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:   # a file-system error is one line; any other keeps its traceback
+        if not _is_disk_error(error):
+            raise
+        print(f"{prog}: error: {disk_error_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
