@@ -41,3 +41,16 @@ def test_a_run_dir_that_cannot_be_made_is_refused_in_one_line(tmp_path, capsys):
 
 def test_disk_error_line_without_a_path():
     assert disk_error_line(OSError(errno.ENOSPC, "No space left on device")).startswith("No space left on device (ENOSPC)")
+
+
+def test_too_many_rejected_groups_is_one_line(capsys):
+    """Dynamic sampling past algo.max_num_gen_batches stops a run (or a simulation) with the
+    core's message, not a traceback."""
+    from mindspeed_rl_asp.control.core import TooManyRejected
+
+    def body(cfg):
+        raise TooManyRejected("step 0: 9 groups rejected, more than algo.max_num_gen_batches allows")
+
+    assert run_command("asp-simulate", "t", body, []) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "asp-simulate: error: step 0: 9 groups rejected, more than algo.max_num_gen_batches allows"]

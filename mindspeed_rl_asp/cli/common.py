@@ -20,7 +20,7 @@ class UserError(Exception):
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    from ..control.core import ActorsExhausted
+    from ..control.core import ActorsExhausted, TooManyRejected
     from ..control.loop import TrainerFailed
     from ..engines.base import EngineError
     from ..schedule.partition import ScheduleError
@@ -31,7 +31,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from ..weights.store import WeightStoreError
 
     return (ConfigError, UserError, EngineError, MazeFormatError, TaskError, ScheduleError, WeightStoreError, ProfileError,
-            WorkloadError, FileNotFoundError, TrainerFailed, ActorsExhausted)
+            WorkloadError, FileNotFoundError, TrainerFailed, ActorsExhausted, TooManyRejected)
 
 
 # When output goes to a file or a pipe (a job log, CI), lines are never wrapped: a log is read
