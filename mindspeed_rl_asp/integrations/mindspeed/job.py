@@ -37,6 +37,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ...config.validate import ConfigError
+
 __all__ = ["MindSpeedJobError", "npu_standins_dir", "mindspeed_rl_checkout", "mindspeed_rl_paths",
            "use_mindspeed_rl", "worker_env", "compose_job", "fit_job_to_t_side", "build_job", "make_kl_controller",
            "WORKER_BACKENDS", "LOGICAL_NPUS_ENV", "CLI_FUNCTIONS", "load_cli_functions"]
@@ -46,8 +48,9 @@ WORKER_BACKENDS = ("npu", "cpu")
 LOGICAL_NPUS_ENV = "ASP_LOGICAL_NPUS_PER_NODE"
 
 
-class MindSpeedJobError(ValueError):
-    """A MindSpeed-RL job that cannot run under ASP; the message names the key and the fix."""
+class MindSpeedJobError(ConfigError):
+    """A MindSpeed-RL job that cannot run under ASP; the message names the key and the fix
+    (a ConfigError: the commands print it as one line)."""
 
 
 def npu_standins_dir() -> Path:
