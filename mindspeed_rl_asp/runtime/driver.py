@@ -80,9 +80,9 @@ def mindspeed_logical_npus(cfg, layout) -> dict | None:
 
 def mindspeed_trainer_setup(cfg, layout, engine_cfg: dict, pin_nodes: bool) -> tuple[dict, dict]:
     """engine=mindspeed: the engine config the Training Unit gets (with the bundles of
-    MindSpeed-RL's worker group, which ASP places, and the KL reference path) and the
-    environment of the processes that run MindSpeed-RL's code (its checkout, and with
-    ``mindspeed_workers=cpu`` the NPU stand-ins, on PYTHONPATH)."""
+    MindSpeed-RL's worker group, which ASP places: a CPU per bundle on NPU hosts, none for
+    logical NPUs) and the environment of the processes that run MindSpeed-RL's code (its
+    checkout, and with ``mindspeed_workers=cpu`` the NPU stand-ins, on PYTHONPATH)."""
     from ..integrations.mindspeed.job import worker_env
     from .placement import mindspeed_worker_bundles
 
