@@ -199,8 +199,21 @@ class Shell(Observer):
         probability ``starve`` the running minibatches of the oldest version are held back
         while anything else can end, so slow minibatches get overtaken."""
         self.chooser = random_chooser(seed, starve=starve)
-        budget = 5 * (len(self.all_ids) + self.core.total_steps + self.cfg.num_actors) + 20
-        while self.advance():
+        self.run_to_end()
+
+    def event_budget(self) -> int:
+        """How many events a run may take before it counts as stuck (room for re-dispatches)."""
+        return 5 * (len(self.all_ids) + self.core.total_steps + self.cfg.num_actors) + 20
+
+    def run_to_end(self, between=None) -> None:
+        """Advance until Finish, calling ``between()`` before each event (a re-plan, say);
+        a run that takes more than :meth:`event_budget` events fails. Then check the finish."""
+        budget = self.event_budget()
+        while True:
+            if between is not None:
+                between()
+            if not self.advance():
+                break
             budget -= 1
             assert budget > 0, f"no progress: {self.core.snapshot()}"
         self.check_finish()

@@ -232,13 +232,9 @@ class RejectShell(Shell):
         # I3 with rejections: what is admitted is what runs, is queued or was trained.
         assert core.staleness.admitted == len(led.running) + len(led.queued) + len(led.consumed)
 
-    def drain(self, seed: int, starve: float = 0.0) -> None:
-        self.chooser = random_chooser(seed, starve=starve)
-        budget = 8 * (len(self.initial) * (2 + self.max_rejections) + self.core.total_steps + self.cfg.num_actors) + 50
-        while self.advance():
-            budget -= 1
-            assert budget > 0, f"no progress: {self.core.snapshot()}"
-        self.check_finish()
+    def event_budget(self) -> int:
+        """Rejected groups are generated again: room for each prompt up to ``max_rejections`` times."""
+        return 8 * (len(self.initial) * (2 + self.max_rejections) + self.core.total_steps + self.cfg.num_actors) + 50
 
     def check_finish(self) -> None:
         f, cfg = self.finish, self.cfg
@@ -330,15 +326,11 @@ def test_rejections_and_replans_together_keep_every_invariant(setup, seed, rate,
     rng = random.Random(seed)
     shell = RejectReplanShell(*setup, chooser=random_chooser(seed, fail_rate=0.2, max_failures=2),
                               reject_rate=rate, max_rejections=cap, seed=seed)
-    budget = 8 * (len(shell.initial) * (2 + cap) + shell.core.total_steps + shell.cfg.num_actors) + 50
-    while True:
+    def maybe_replan():
         if rng.random() < replan_rate:
             shell.replan(rng, keep_sizes=rng.random() < 0.5)
-        if not shell.advance():
-            break
-        budget -= 1
-        assert budget > 0, f"no progress: {shell.core.snapshot()}"
-    shell.check_finish()
+
+    shell.run_to_end(between=maybe_replan)
     assert len(shell.consumed) == len(set(shell.consumed))
 
 

@@ -101,15 +101,11 @@ def test_runs_replanned_at_random_points_keep_every_invariant(setup, seed, starv
     cfg, mbs = setup
     rng = random.Random(seed)
     shell = ReplanShell(cfg, mbs, chooser=random_chooser(seed, fail_rate=0.3, max_failures=3, starve=starve))
-    budget = 5 * (len(shell.all_ids) + shell.core.total_steps + cfg.num_actors) + 20
-    while True:
+    def maybe_replan():
         if rng.random() < replan_rate:
             shell.replan(rng, keep_sizes=rng.random() < 0.5)
-        if not shell.advance():
-            break
-        budget -= 1
-        assert budget > 0, f"no progress: {shell.core.snapshot()}"
-    shell.check_finish()
+
+    shell.run_to_end(between=maybe_replan)
     assert len(shell.consumed) == len(set(shell.consumed)) == shell.core.total_steps * cfg.global_batch_size
 
 
