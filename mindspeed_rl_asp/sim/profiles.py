@@ -416,17 +416,25 @@ def engine_profile_from_config(engine: Any, prefix: str = "engine") -> EnginePro
             problems.append(f"{prefix}.{key}={value} must be <= 1: fix {fix_file} or override {prefix}.{key}=...")
         _require_source(problems, sources, key, prefix, fix_file)
         values[attr] = int(value) if key == "max_num_seqs" else float(value)
-    execution = _lookup(engine, "execution")
-    if execution not in EXECUTION_MODES:
-        problems.append(f"{prefix}.execution={'missing' if execution is _MISSING else repr(execution)} is not one "
-                        f"of {', '.join(EXECUTION_MODES)}: fix {fix_file} or override {prefix}.execution=...")
-    else:
-        _require_source(problems, sources, "execution", prefix, fix_file)
+    execution = _sourced_choice(problems, engine, sources, "execution", EXECUTION_MODES, prefix, fix_file)
+    if execution is not None:
         values["execution"] = execution
         if execution in ("eager", "graph"):
             values.update(_first_principles_numbers(problems, engine, sources, prefix, fix_file))
     _raise(problems, f"engine profile {name!r}", None)
     return EngineProfile(name=name, batching=batching, sources=sources, **values)
+
+
+def _sourced_choice(problems, engine, sources, key, choices, prefix, fix_file):
+    """``engine[key]`` if it is one of ``choices`` and has a source, else None (and the
+    problem said, naming the key)."""
+    value = _lookup(engine, key)
+    if value not in choices:
+        problems.append(f"{prefix}.{key}={'missing' if value is _MISSING else repr(value)} is not one of "
+                        f"{', '.join(choices)}: fix {fix_file} or override {prefix}.{key}=...")
+        return None
+    _require_source(problems, sources, key, prefix, fix_file)
+    return value
 
 
 # config key -> (profile field, kind): the keys an eager or graph engine profile must give.
@@ -452,12 +460,8 @@ def _first_principles_numbers(problems, engine, sources, prefix, fix_file) -> di
             continue
         _require_source(problems, sources, key, prefix, fix_file)
         values[attr] = int(value) if kind == "int" else float(value) * 1e-6
-    recompute = _lookup(engine, "recompute")
-    if recompute not in RECOMPUTE_MODES:
-        problems.append(f"{prefix}.recompute={'missing' if recompute is _MISSING else repr(recompute)} is not one of "
-                        f"{', '.join(RECOMPUTE_MODES)}: fix {fix_file} or override {prefix}.recompute=...")
-    else:
-        _require_source(problems, sources, "recompute", prefix, fix_file)
+    recompute = _sourced_choice(problems, engine, sources, "recompute", RECOMPUTE_MODES, prefix, fix_file)
+    if recompute is not None:
         values["recompute"] = recompute
     for key, attr in (("hybrid_offload", "hybrid_offload"),):
         flag = _lookup(engine, key)
