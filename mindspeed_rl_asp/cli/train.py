@@ -128,7 +128,8 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
             progress.update(bar, info=what)
             progress.console.print(f"startup {time.time() - began:6.1f}s  {what}")
 
-        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task, on_phase=on_phase)
+        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task, on_phase=on_phase,
+                               resume_point=resume)
     if summary.get("interrupted") and summary.get("stage") != "final evaluation":
         how = (f"resume with `{summary['resume_command']}`" if summary.get("resume_command")
                else "no checkpoint to resume from (set save_every=K to write them)")

@@ -135,11 +135,13 @@ def interrupt_signals():
             signal.signal(sig, old)
 
 
-def start_segment(cfg, run_dir: Path, prompts):
+def start_segment(cfg, run_dir: Path, prompts, resume=None):
     """Where this run segment starts: ``(resume point or None, prior control state,
     minibatches to dispatch)``. A new run plans (``plan.json``); a resumed one takes the
     checkpoint's dispatch list minus what was trained, sweeps partial checkpoints and
-    sets aside the metrics the dead segment wrote after its checkpoint."""
+    sets aside the metrics the dead segment wrote after its checkpoint. ``resume``: the
+    resume point if the caller found (and so verified) it already: verifying hashes every
+    file of the checkpoint, once is enough."""
     from .checkpoint import (ControlState, check_steps_left, checkpoints_dir, find_resume_point, remaining_minibatches,
                              set_aside_metrics_after, sweep_partials)
     from .planning import plan_run
@@ -148,7 +150,7 @@ def start_segment(cfg, run_dir: Path, prompts):
         plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
         plan.save(run_dir / "plan.json")
         return None, ControlState(0, [], [], epochs, cfg.steps), minibatches
-    resume = find_resume_point(run_dir)
+    resume = resume or find_resume_point(run_dir)
     prior = resume.control
     check_steps_left(resume, cfg.steps, cfg.resume)
     sweep_partials(checkpoints_dir(run_dir))
@@ -223,14 +225,15 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                  fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
                  on_eval: Callable[[str, int, int], None] | None = None, task=None,
                  fail_transfer_once: int | None = None, hold_actor_once: tuple[int, str] | None = None,
-                 on_phase: Callable[[str], None] | None = None) -> dict:
+                 on_phase: Callable[[str], None] | None = None, resume_point=None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
     during the final initial-vs-final check; ``on_phase(what)`` as start-up goes through its
     phases (plan, Ray, placement, models loaded, first generation), so a user sees progress
     before the first step. ``task``: the run's task if the caller built
-    it already (``schedule.configured.configured_task``, before writing the run directory).
+    it already (``schedule.configured.configured_task``, before writing the run directory);
+    ``resume_point``: the checkpoint to resume from if the caller found it already.
 
     ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
     collective weight transfer stops after that many buckets) are fault-injection seams
@@ -266,7 +269,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     prompts = task.prompts
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     phase = on_phase or (lambda what: None)
-    resume, prior, minibatches = start_segment(cfg, run_dir, prompts)
+    resume, prior, minibatches = start_segment(cfg, run_dir, prompts, resume_point)
     phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
     epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
     offset = prior.version
