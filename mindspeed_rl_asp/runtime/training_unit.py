@@ -36,17 +36,14 @@ def rollout_records(rows, scores, advantages, decode, limit: int) -> list[dict]:
     its group, response text, reward and its components, length in tokens, the policy
     version that wrote it, its advantage. ``rows[i]`` is (prompt id, prompt ids, response
     ids, log-probs, version); ``decode(ids) -> str``; ``limit``: -1 all, else the first N."""
-    chosen = range(len(rows)) if limit < 0 else range(min(limit, len(rows)))
+    kept = rows if limit < 0 else rows[:limit]
     seen: dict[str, int] = {}
     records = []
-    for i in range(len(rows)):
-        pid = rows[i][0]
-        index = seen[pid] = seen.get(pid, -1) + 1
-        if i not in chosen:
-            continue
-        records.append({"prompt_id": pid, "sample": index, "response": decode(rows[i][2]),
-                        "reward": scores[i]["reward"], "components": dict(scores[i]["components"]),
-                        "length": len(rows[i][2]), "version": int(rows[i][4]), "advantage": float(advantages[i])})
+    for (pid, _, response, _, version), score, advantage in zip(kept, scores, advantages):
+        seen[pid] = seen.get(pid, -1) + 1   # the sample's index within its group
+        records.append({"prompt_id": pid, "sample": seen[pid], "response": decode(response),
+                        "reward": score["reward"], "components": dict(score["components"]),
+                        "length": len(response), "version": int(version), "advantage": float(advantage)})
     return records
 
 

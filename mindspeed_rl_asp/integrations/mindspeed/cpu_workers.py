@@ -238,8 +238,7 @@ class CPUIntegratedWorker:
             return micro_batch_loss(values, mask, old, padded("advantages"), padded("ref"), float(rl.clip_ratio),
                                     kl_ctrl, rl.kl_penalty)
 
-        metrics = self.engine.train_step(TrainBatch(prompts, responses, extras), loss_fn)
-        return {k: v for k, v in metrics.items()}
+        return self.engine.train_step(TrainBatch(prompts, responses, extras), loss_fn)
 
     # ------------------------------------------------------------------ weights, checkpoints
     def asp_state_dict(self):
