@@ -352,9 +352,9 @@ class ControlCore:
             return [self._finish()]
         self._check_rejections()
         actions: list[Action] = []
-        if self.training is None and self.publishing is None and self.published_version < self.trainer_version:
-            self.publishing = self.trainer_version
-            actions.append(Publish(self.trainer_version))
+        publish = self.publish_due()
+        if publish is not None:
+            actions.append(publish)
         colocated = self.config.colocated
         batch = self._ready_batch()
         if batch is not None and not (colocated and self.dispatcher.busy()):
@@ -382,6 +382,16 @@ class ControlCore:
                 f"{self.queue.queued_prompts} prompts queued and no step able to run; the run cannot go "
                 "on. Raise fault.actor_restarts, or find out why the actors die (their logs: out of memory?)")
         return actions
+
+    def publish_due(self) -> Optional[Publish]:
+        """The publish of a trained version not yet published (committed as issued, like
+        ``poll``'s), or None. ``poll`` issues it after every step; an interrupted run's shell
+        asks for it alone, so that a step that finished during the interrupt is published
+        (and recorded) like any other."""
+        if self.training is None and self.publishing is None and self.published_version < self.trainer_version:
+            self.publishing = self.trainer_version
+            return Publish(self.trainer_version)
+        return None
 
     @property
     def refresh_target(self) -> int:

@@ -193,12 +193,20 @@ class Loop:
     def interrupt(self, finish_training: bool = False) -> Outcome:
         """Stop before Finish (Ctrl-C, SIGTERM): work in flight is cancelled. With
         ``finish_training`` a train step or publish in flight is waited for instead (the
-        rest is cancelled first), so that the trainer's state is the core's count of
-        trained steps, as a checkpoint taken next needs."""
+        rest is cancelled first), and a step that finishes is published (the core's
+        ``publish_due``), so that it is recorded like any other step (the observer sees
+        its ``Publish``) and the trainer's state is the core's count of trained and
+        published steps, as a checkpoint taken next needs."""
         trainer_work = (TrainStep, Publish)
         if finish_training:
             self._cancel(keep=trainer_work)
-            while any(isinstance(a, trainer_work) for a in self.core.in_flight()):
+            while True:
+                publish = self.core.publish_due()
+                if publish is not None:
+                    self.cluster.submit(publish)
+                    self.observer.submitted(publish, self.cluster.now())
+                if not any(isinstance(a, trainer_work) for a in self.core.in_flight()):
+                    break
                 self._deliver(self.cluster.next_event())
         leftover = self._cancel()
         self.outcome = Outcome(None, "cancel", leftover, self.events, self.cluster.now(), interrupted=True)

@@ -79,8 +79,15 @@ class RayCluster:
     ``transport``: how versions travel (``runtime/transport.py``; default: object store)."""
 
     def __init__(self, generators: list, trainer, prompt_tokens: dict[str, list[int]], seed: int = 0,
-                 transport=None):
+                 transport=None, waiting=None):
+        """``waiting()``: a context around the blocking wait for the next completion, the one
+        place where nothing is half done (``runtime/interrupts.Interrupts.waiting`` lets a
+        signal land there)."""
+        from contextlib import nullcontext
+
         from .transport import ObjectStoreTransport
+
+        self.waiting = waiting or nullcontext
 
         self.generators = generators
         self.trainers = list(trainer) if isinstance(trainer, (list, tuple)) else [trainer]
@@ -150,7 +157,8 @@ class RayCluster:
 
         while True:
             pending = [r for r in self.inflight if r not in self._waiting] + list(self._companion_of)
-            ref = ray.wait(pending, num_returns=1, fetch_local=False)[0][0]
+            with self.waiting():
+                ref = ray.wait(pending, num_returns=1, fetch_local=False)[0][0]
             if ref in self._companion_of:   # another trainer rank ended
                 primary = self._companion_of.pop(ref)
                 self.companions[primary].remove(ref)
