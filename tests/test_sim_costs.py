@@ -26,7 +26,7 @@ H200 = profiles("qwen3_32b", hardware="h200", engine="vllm")[1]
 VLLM = profiles("qwen3_32b", hardware="h200", engine="vllm")[2]
 
 # The 910B3 numbers the hand-computed cases use (configs/hardware/ascend910b3.yaml).
-BW_EFF = 8 * 1.6e12 * 0.7         # 8 devices x 1.6 TB/s x bandwidth efficiency
+BW_EFF = 8 * 1.6e12 * 0.81        # 8 devices x 1.6 TB/s x bandwidth efficiency
 FLOPS_EFF = 8 * 313e12 * 0.5      # 8 devices x 313 TFLOPS x compute efficiency
 # The roofline alone: a fitted engine adds one constant per step (30 ms here).
 FITTED = dataclasses.replace(MINDSPEED, execution="fitted", decode_step_overhead=0.03)
@@ -60,18 +60,19 @@ def test_distinct_experts_lie_between_k_and_e_and_grow_with_the_batch(experts, d
 
 
 def test_dense_decode_step_by_hand():
-    bytes_read = 65_524_246_528 + 1000 * 262_144          # Qwen3-32B weights + 1000 cached tokens
+    # Qwen3-32B weights less the untied input embedding (looked up, not streamed) + 1000 cached tokens
+    bytes_read = 65_524_246_528 - 151_936 * 5120 * 2 + 1000 * 262_144
     assert costs.decode_bytes_read(DENSE, 1, 1000) == bytes_read
-    memory = bytes_read / BW_EFF                           # 7.34 ms
+    memory = bytes_read / BW_EFF                           # 6.19 ms
     compute = 2 * DENSE.matmul_params * 1 / FLOPS_EFF      # 0.05 ms
     assert costs.decode_step_time(DENSE, ASCEND, FITTED, 8, 1, 1000) == pytest.approx(0.03 + max(memory, compute))
-    assert memory == pytest.approx(7.342e-3, rel=1e-3)
+    assert memory == pytest.approx(6.190e-3, rel=1e-3)
 
 
 def test_eager_dense_step_by_hand():
     """Qwen3-32B, TP 8 on 8 x 910B3, batch 1, 1000 cached tokens, vllm-ascend eager
     (configs/engine/mindspeed.yaml): the host launches 64 x (9 + 3 + 2) + 15 = 911
-    operators at 41.6 us = 37.9 ms, longer than the device's 7.34 ms of memory plus
+    operators at 41.6 us = 37.9 ms, longer than the device's 6.19 ms of memory plus
     3.21 ms of all-reduces (2 per layer, 25 us + 2 x 7/8 x 10240 B / 392 GB/s each),
     so the step is host-bound: 4 ms fixed + 14 us for the one sequence + 37.9 ms."""
     assert costs.operators_per_step(DENSE, MINDSPEED, costs.parallel_of(DENSE, 8)) == 911
@@ -79,13 +80,13 @@ def test_eager_dense_step_by_hand():
     comm = 64 * 2 * allreduce
     assert costs.decode_comm_time(DENSE, ASCEND, costs.parallel_of(DENSE, 8), 1) == pytest.approx(comm)
     host = 911 * 41.6e-6
-    device = (65_524_246_528 + 1000 * 262_144) / BW_EFF + comm
+    device = (65_524_246_528 - 151_936 * 5120 * 2 + 1000 * 262_144) / BW_EFF + comm
     assert host > device
     assert costs.decode_step_time(DENSE, ASCEND, MINDSPEED, 8, 1, 1000) == pytest.approx(0.004 + 14e-6 + host)
-    # Graph replay: no launches on the host, a 0.5 us gap per operator on the device.
+    # Graph replay: no launches on the host, 6.35 us per operator on the device.
     graph = dataclasses.replace(MINDSPEED, execution="graph")
     assert costs.decode_step_time(DENSE, ASCEND, graph, 8, 1, 1000) == pytest.approx(
-        0.004 + 14e-6 + device + 911 * 0.5e-6)
+        0.004 + 14e-6 + device + 911 * 6.35e-6)
 
 
 def test_eager_moe_step_with_data_parallel_attention_by_hand():
@@ -96,8 +97,8 @@ def test_eager_moe_step_with_data_parallel_attention_by_hand():
     par = costs.parallel_of(MOE, 8, tp=1, ep=8)
     assert par.dp == 8 and costs.operators_per_step(MOE, MINDSPEED, par) == 975
     hit = costs.expected_distinct_experts(128, 8, 64)
-    per_device = 1_541_093_376 * 2 + 48 * hit * 3 * 2048 * 768 * 2 / 8 + 64_000 * 98_304 / 8
-    memory = per_device / (1.6e12 * 0.7)
+    per_device = (1_541_093_376 - 151_936 * 2048) * 2 + 48 * hit * 3 * 2048 * 768 * 2 / 8 + 64_000 * 98_304 / 8
+    memory = per_device / (1.6e12 * 0.81)
     alltoall = 25e-6 + 7 / 8 * (64 / 8) * 8 * 2048 * 2 / 392e9
     comm = 48 * 2 * alltoall
     assert costs.decode_comm_time(MOE, ASCEND, par, 64) == pytest.approx(comm)
@@ -109,14 +110,15 @@ def test_eager_moe_step_with_data_parallel_attention_by_hand():
 
 
 def test_moe_decode_step_reads_only_the_experts_the_batch_hits():
-    dense_bytes = 1_541_093_376 * 2
+    embedding = 151_936 * 2048 * 2                        # untied input table: looked up, not streamed
+    dense_bytes = 1_541_093_376 * 2 - embedding
     expert_bytes = 3 * 2048 * 768 * 2
     one_token = dense_bytes + 48 * 8 * expert_bytes       # a single token touches k=8 experts per layer
     assert costs.decode_bytes_read(MOE, 1, 0) == pytest.approx(one_token)
-    assert costs.decode_memory_time(MOE, ASCEND, 8, 1, 0) == pytest.approx(one_token / BW_EFF)  # 0.75 ms
+    assert costs.decode_memory_time(MOE, ASCEND, 8, 1, 0) == pytest.approx(one_token / BW_EFF)  # 0.59 ms
     every_expert = dense_bytes + 48 * 128 * expert_bytes
-    assert costs.decode_bytes_read(MOE, 4096, 0) == pytest.approx(every_expert, rel=1e-9)  # = all the weights
-    assert every_expert == MOE.weight_bytes
+    assert costs.decode_bytes_read(MOE, 4096, 0) == pytest.approx(every_expert, rel=1e-9)  # all but the table
+    assert every_expert == MOE.weight_bytes - embedding
 
 
 @pytest.mark.parametrize("model", [MOE, DENSE], ids=["moe", "dense"])
@@ -136,9 +138,9 @@ def test_more_devices_never_make_a_step_slower():
 def test_dense_crossover_is_where_the_roofline_says():
     # Without a cache a dense step reads the same bytes at every batch, so it turns
     # compute-bound at b* = ceil(weight bytes x compute / (2 x matmul params x bandwidth)).
-    expected = math.ceil(DENSE.weight_bytes * FLOPS_EFF / (2 * DENSE.matmul_params * BW_EFF))
+    expected = math.ceil(DENSE.decode_dense_bytes * FLOPS_EFF / (2 * DENSE.matmul_params * BW_EFF))
     crossover = costs.decode_crossover_batch(DENSE, ASCEND, 8)
-    assert crossover == expected == 144
+    assert crossover == expected == 121
     below = costs.decode_memory_time(DENSE, ASCEND, 8, crossover - 1, 0)
     assert costs.decode_compute_time(DENSE, ASCEND, 8, crossover - 1) < below
     assert costs.decode_compute_time(DENSE, ASCEND, 8, crossover) >= costs.decode_memory_time(DENSE, ASCEND, 8,
@@ -166,7 +168,7 @@ def test_prefill_is_compute_bound_for_real_prompts():
     tokens = 64 * 512
     assert costs.prefill_time(DENSE, ASCEND, 8, tokens) == pytest.approx(2 * DENSE.matmul_params * tokens / FLOPS_EFF)
     # One token cannot beat one read of the weights.
-    assert costs.prefill_time(DENSE, ASCEND, 8, 1) == pytest.approx(DENSE.weight_bytes / BW_EFF)
+    assert costs.prefill_time(DENSE, ASCEND, 8, 1) == pytest.approx(DENSE.decode_dense_bytes / BW_EFF)
 
 
 def test_kv_capacity_by_hand():

@@ -1,6 +1,7 @@
 """The validation table (configs/validation/cases.yaml): every row has a source, bad rows
 are one clear error, and `asp-simulate experiment=validation` prints simulated vs measured
 with the error and, for a miss, the assumption that explains it."""
+import dataclasses
 import json
 
 import pytest
@@ -57,3 +58,18 @@ def test_the_command_prints_every_case_with_its_error_and_names_the_assumption_o
         assert f"| {r['id']} |" in out
         if not r["within"]:
             assert f"- {r['id']} (" in out and r["assumption"] in out
+
+
+def test_a_bare_loop_case_prices_the_step_without_the_serving_engines_host_work():
+    case = next(c for c in load_cases(shipped()) if c.id == "h100_llama8b_graph")
+    assert case.host == "bare"
+    serving = dataclasses.replace(case, host="serving")
+    # engine=vllm: 2 ms of fixed host work and 14 us for the one running sequence.
+    assert simulate_case(serving) - simulate_case(case) == pytest.approx(0.002 + 14e-6)
+
+
+def test_an_unknown_host_is_one_clear_error():
+    raw = shipped()
+    raw["cases"][0]["host"] = "laptop"
+    with pytest.raises(ProfileError, match=r"cases\[0\] \(ascend_eager_block\)\.host='laptop' is not one of serving, bare"):
+        load_cases(raw)

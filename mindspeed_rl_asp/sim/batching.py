@@ -85,7 +85,7 @@ def decode_steps_time(inst: Instance, batch: int, steps: int, kv_start: float, k
     par = inst.parallel
     bandwidth = hw.hbm_bandwidth * hw.inference_bandwidth_efficiency
     experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
-    weights = model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.expert_shards
+    weights = model.decode_dense_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.expert_shards
     a = (weights + kv_start * model.kv_bytes_per_token / par.devices) / bandwidth
     c = kv_growth * model.kv_bytes_per_token / par.devices / bandwidth
     constant, d = decode_step_parts(model, hw, inst.engine, par, batch)

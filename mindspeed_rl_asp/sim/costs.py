@@ -78,14 +78,16 @@ def decode_bytes_read(model: ModelProfile, batch: int, kv_tokens: int) -> float:
 
     ``non-expert weights + layers x distinct experts x bytes per expert + KV bytes of the
     running sequences``: every weight a token of the batch touches is read once per step
-    (shared by the batch), the experts only as far as the batch's tokens reach them, and
-    each running sequence's cached keys and values (``kv_tokens`` in total) once.
+    (shared by the batch; an untied input embedding is looked up, not read:
+    ``ModelProfile.decode_dense_bytes``), the experts only as far as the batch's tokens
+    reach them, and each running sequence's cached keys and values (``kv_tokens`` in
+    total) once.
     Activations are a few MB and left out.
     """
     _require(batch >= 1, "batch", batch, ">= 1")
     _require(kv_tokens >= 0, "kv_tokens", kv_tokens, ">= 0")
     experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
-    return (model.dense_weight_bytes + model.num_layers * experts * model.expert_bytes
+    return (model.decode_dense_bytes + model.num_layers * experts * model.expert_bytes
             + kv_tokens * model.kv_bytes_per_token)
 
 
@@ -96,7 +98,7 @@ def decode_device_bytes(model: ModelProfile, par: Parallel, batch: int, kv_token
     (``1 / devices``). With ``tp = ep = devices`` this is ``decode_bytes_read / devices``."""
     _require(batch >= 1, "batch", batch, ">= 1")
     experts = expected_distinct_experts(model.num_experts, model.num_experts_per_tok, batch)
-    return (model.dense_weight_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.expert_shards
+    return (model.decode_dense_bytes / par.tp + model.num_layers * experts * model.expert_bytes / par.expert_shards
             + kv_tokens * model.kv_bytes_per_token / par.devices)
 
 

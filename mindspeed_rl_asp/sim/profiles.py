@@ -150,6 +150,15 @@ class ModelProfile:
         return self.dense_params * self.dtype_bytes
 
     @cached_property
+    def decode_dense_bytes(self) -> int:
+        """Non-expert bytes a decode step streams from memory: the dense weights less an
+        untied input embedding table, which a step only looks up (one row per token, a
+        few KB) instead of reading whole (Qwen3-30B-A3B: 0.62 of 3.1 GB; a tied table is
+        the LM head's matmul and is read)."""
+        lookup_only = 0 if self.tie_word_embeddings else self.embedding_params
+        return (self.dense_params - lookup_only) * self.dtype_bytes
+
+    @cached_property
     def expert_bytes(self) -> int:
         """Bytes of one expert of one layer."""
         return self.params_per_expert * self.dtype_bytes

@@ -13,7 +13,7 @@ nodes: 776, 288, 216 s. Effective policy lag with 1 T + 3 G nodes: about 3.3 ste
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 MODELS = {"qwen3_30b_a3b": "Qwen3-30B-A3B", "qwen3_32b": "Qwen3-32B"}
@@ -170,6 +170,11 @@ def ratio(values: dict[str, dict], num: str, den: str, metric: str) -> Optional[
 CASE_KINDS = ("calibration", "validation")
 CASE_SCOPES = {"micro": 0.30, "end_to_end": 0.25}      # scope -> target |simulated / measured - 1|
 CASE_QUANTITIES = ("decode_step_s", "refit_s", "iteration_s")
+# What drives a measured decode step: a serving engine's step loop (its fixed and
+# per-running-sequence host work per step, engine.decode_step_overhead_s and
+# per_sequence_us), or a bare model loop (a plain PyTorch / graph-replay loop, or an engine
+# that overlaps its scheduling with the device: neither host term is on the step's path).
+CASE_HOSTS = ("serving", "bare")
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,7 @@ class Case:
     ep: int = 1
     batch: int = 1
     kv_tokens_per_sequence: int = 0
+    host: str = "serving"
 
     @property
     def target(self) -> float:
@@ -227,6 +233,8 @@ def load_cases(raw: Mapping) -> list[Case]:
         measured = row.get("measured")
         if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not measured > 0:
             bad.append(f"{where}.measured={measured!r} must be a number > 0 (seconds)")
+        if row.get("host", "serving") not in CASE_HOSTS:
+            bad.append(f"{where}.host={row.get('host')!r} is not one of {', '.join(CASE_HOSTS)}")
         if not isinstance(row.get("overrides", []), list):
             bad.append(f"{where}.overrides must be a list of config overrides")
         ints = {}
@@ -241,7 +249,8 @@ def load_cases(raw: Mapping) -> list[Case]:
             cases.append(Case(str(row["id"]), row["kind"], row["scope"], " ".join(str(row["system"]).split()),
                               " ".join(str(row["setup"]).split()), row["quantity"], float(measured),
                               " ".join(str(row["source"]).split()), tuple(str(o) for o in row.get("overrides", [])),
-                              " ".join(str(row.get("assumption") or "").split()), **ints))
+                              " ".join(str(row.get("assumption") or "").split()), **ints,
+                              host=row.get("host", "serving")))
     if problems:
         raise ProfileError(f"{len(problems)} problem(s) in the validation cases:\n"
                            + "\n".join(f"  - {p}" for p in problems))
@@ -265,6 +274,8 @@ def simulate_case(case: Case, extra: Sequence[str] = ()) -> float:
     engine = engine_profile_from_config(cfg.engine)
     if case.quantity == "refit_s":
         return costs.publish_time(model, engine)
+    if case.host == "bare":
+        engine = replace(engine, decode_step_overhead=0.0, per_sequence=0.0)
     return costs.decode_step_time(model, hardware, engine, case.devices, case.batch,
                                   case.batch * case.kv_tokens_per_sequence, case.tp, case.ep)
 
