@@ -154,7 +154,9 @@ def trainer_pids(ray):
 
 def test_killed_trainer_stops_the_run_with_trainer_failed(ray_cluster, tmp_path):
     """Trainer ranks are not restarted (their optimizer state would be lost): a killed one
-    ends the run with TrainerFailed and a summary marked failed."""
+    ends the run with TrainerFailed and a summary marked failed. It is killed once version 1
+    is published (on_step runs then), so the next trainer call is step 1's; a failed
+    publish is tested apart, for every transport (tests/test_publish_failures.py)."""
     killed = []
 
     def kill_trainer_after_first_step(metrics):
@@ -164,7 +166,7 @@ def test_killed_trainer_stops_the_run_with_trainer_failed(ray_cluster, tmp_path)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    with pytest.raises(TrainerFailed, match="training step 1 failed|publishing version 2 failed"):
+    with pytest.raises(TrainerFailed, match="training step 1 failed"):
         run(tmp_path, on_step=kill_trainer_after_first_step)
     assert killed
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -16,10 +16,12 @@ loop and the core have them all):
 * ``TrainStep`` -> ``train_step`` on every trainer rank with the references of the chosen
   prompt groups (each rank trains its share of the samples; rank 0's report stands for
   the step, and the step is done when every rank is).
-* ``Publish`` -> ``export_weights`` on every rank, as the transport says; once rank 0's
-  result is complete (an object sealed in the store, a directory renamed into place, a
-  version packed for sending), the store maps the version to it (atomic publish: a
-  complete, immutable version or nothing) and the event says so.
+* ``Publish`` -> an export on every rank, as the transport says; every rank's small
+  receipt is fetched here, so an export that raised (or a rank that died) is a
+  ``Failed(Publish)`` whatever the transport. Once rank 0's result is complete (an object
+  sealed in the store, a directory renamed into place, a version packed for sending), the
+  store maps the version to it (atomic publish: a complete, immutable version or
+  nothing) and the event says so.
 * A task that raises, or whose actor died, ends as a ``Failed`` event: the core
   re-dispatches a failed minibatch (its partial output is never seen) and retries a
   failed load; a failed step or publish ends the run (``TrainerFailed``, from the loop).
@@ -174,11 +176,10 @@ class RayCluster:
                 continue
             if ref in self.companions:      # rank 0 ended first: a failure ends the action now
                 action, _ = self.inflight[ref]
-                if isinstance(action, TrainStep) or self.transport.fetch_publish:
-                    try:
-                        ray.get(ref)
-                    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
-                        return self._fail_together(ref, error)
+                try:
+                    ray.get(ref)   # a step's report or a publish's receipt: small
+                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                    return self._fail_together(ref, error)
                 self._waiting.add(ref)
                 continue
             event = self._to_event(ref)
@@ -208,14 +209,10 @@ class RayCluster:
             except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
                 return Failed(action, _describe(error), lost=True)
         if isinstance(action, Publish):
-            if self.transport.fetch_publish:
-                try:
-                    handle = self.transport.published(action.version, ref)
-                except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
-                    return Failed(action, _describe(error))
-            else:
-                ray.wait([ref], fetch_local=False)  # sealed in the object store: complete
+            try:   # every transport's receipt is fetched: a failed export is a failed publish
                 handle = self.transport.published(action.version, ref)
+            except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
+                return Failed(action, _describe(error))
             self._drop(self.store.publish(action.version, handle))
             self.transport.published_done(action.version, handle)
             return Done(action)

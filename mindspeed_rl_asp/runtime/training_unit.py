@@ -116,6 +116,7 @@ class TrainingWorker:
         self.rank = 0
         self.sender = None   # the collective transport's sending side (rank 0)
         self._fail_at_step: int | None = None
+        self._fail_next_export = False
 
     def ready(self) -> int:
         return self.version
@@ -123,6 +124,10 @@ class TrainingWorker:
     def inject_failure(self, step: int) -> None:
         """Debug seam for fault tests: ``train_step(step)`` raises."""
         self._fail_at_step = step
+
+    def inject_export_failure(self) -> None:
+        """Debug seam for fault tests: the next export (of any transport) raises, once."""
+        self._fail_next_export = True
 
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
         """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
@@ -270,6 +275,9 @@ class TrainingWorker:
         calls it (the sharded engine gathers); ranks other than 0 return None."""
         from ..engines.base import WeightSnapshot
 
+        if self._fail_next_export:
+            self._fail_next_export = False
+            raise RuntimeError(f"injected export failure at version {self.version}")
         if transport == "object_store":
             snapshot = self.engine.export_weights()
             return None if snapshot is None else WeightSnapshot(self.version, snapshot.tensors)
@@ -289,6 +297,13 @@ class TrainingWorker:
             self.sender.keep_only(target or ())
             return self.sender.stage(self.version, tensors)
         raise ValueError(f"weights.transport={transport!r} is not one of object_store, collective, files")
+
+    def export_snapshot(self):
+        """The object-store publish: ``(receipt, snapshot)``, called with two Ray returns.
+        The driver fetches only the receipt (this version), so an export that raises, or a
+        rank that died, fails the publish there; the snapshot stays in the object store for
+        the actors to resolve (ranks other than 0: None)."""
+        return self.version, self.export_weights("object_store")
 
     def open_weight_sender(self, device_type: str, local: bool, bucket_mb: float, timeout_s: float) -> int:
         """Rank 0: the collective transport's sending side; returns its store's port."""

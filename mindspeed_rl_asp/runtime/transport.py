@@ -6,7 +6,9 @@ decides who loads which version, and when), only where the bytes go:
 
 * ``object_store`` (the default; fine for small models): every trainer rank exports
   (rank 0 returns the snapshot, the others take part in the gather), the snapshot is an
-  object in Ray's object store, and an actor told to load gets its reference.
+  object in Ray's object store, and an actor told to load gets its reference. Beside it
+  each rank returns a small receipt that the driver fetches, so a failed export fails the
+  publish, as with the other transports.
 * ``files``: rank 0 writes the version as safetensors into ``weights.dir`` (default
   ``<run_dir>/weights``; on a cluster it must be a file system every node sees),
   renamed into place when complete; an actor reads it. Versions the store drops are
@@ -48,28 +50,35 @@ class FileHandle:
 
 
 class ObjectStoreTransport:
+    """Every rank's ``export_snapshot`` returns a small receipt and the snapshot as two
+    objects; the driver fetches the receipt (a failed export is a failed publish, as with
+    every transport) and the store maps the version to the snapshot's reference."""
+
     name = "object_store"
 
     def __init__(self, trainers: list, generators: list):
         self.trainers, self.generators = trainers, generators
+        self._snapshots: dict[int, Any] = {}   # version -> rank 0's snapshot ref, until published
 
     def export_args(self, version: int, kept: list[int]) -> tuple:
         """What every trainer rank's ``export_weights`` is called with for ``version``."""
         return ()
 
     def publish(self, version: int, kept: list[int]):
-        """(primary ref: rank 0's export, the other ranks' refs)."""
-        refs = [t.export_weights.remote(*self.export_args(version, kept)) for t in self.trainers]
-        return refs[0], refs[1:]
+        """(primary ref: rank 0's receipt, the other ranks' receipts)."""
+        calls = [t.export_snapshot.options(num_returns=2).remote() for t in self.trainers]
+        self._snapshots[version] = calls[0][1]
+        receipts = [receipt for receipt, _ in calls]
+        return receipts[0], receipts[1:]
 
     def published(self, version: int, ref) -> Any:
-        """The handle the store maps ``version`` to, once ``ref`` is ready."""
-        return ref   # sealed in the object store: complete; actors resolve it themselves
+        """The handle the store maps ``version`` to, once ``ref`` is ready; raises Ray's
+        error when the export failed (fetching the receipt, never the snapshot)."""
+        import ray
 
-    @property
-    def fetch_publish(self) -> bool:
-        """Whether the publish result is small enough to fetch (and so check) in the driver."""
-        return False
+        snapshot = self._snapshots.pop(version)
+        ray.get(ref)
+        return snapshot   # sealed in the object store: complete; actors resolve it themselves
 
     def load(self, actor: int, version: int, handle):
         return self.generators[actor].load_weights.remote(version, handle)
@@ -83,17 +92,17 @@ class ObjectStoreTransport:
 
 class _FetchedHandleTransport(ObjectStoreTransport):
     """A transport whose publish returns a small handle (a directory, a kept buffer's
-    description) rather than the snapshot: the driver fetches it, so a failed export
-    shows at the publish."""
+    description) rather than the snapshot: every rank's ``export_weights`` result is
+    the receipt, and rank 0's is the handle itself."""
+
+    def publish(self, version: int, kept: list[int]):
+        refs = [t.export_weights.remote(*self.export_args(version, kept)) for t in self.trainers]
+        return refs[0], refs[1:]
 
     def published(self, version: int, ref) -> Any:
         import ray
 
         return ray.get(ref)
-
-    @property
-    def fetch_publish(self) -> bool:
-        return True
 
 
 class FilesTransport(_FetchedHandleTransport):
