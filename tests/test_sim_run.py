@@ -230,3 +230,24 @@ def test_a_global_refresh_shares_the_senders_link_among_the_actors():
     assert asp.load_bandwidth == pytest.approx(25e9)
     assert verl.load_bandwidth == pytest.approx(25e9 / 4)
     assert hybrid.load_bandwidth == pytest.approx(8 * 392e9)
+
+
+def test_the_asyncflow_study_runs_and_prints_its_ratio_beside_asyncflows(tmp_path, capsys):
+    """A two-step run of experiment=sim_asyncflow: its three rows, the decoupled /
+    synchronous ratio beside AsyncFlow's 226.8 / 59.3, and the notes that name what drives it."""
+    from mindspeed_rl_asp.cli.simulate import main as simulate_main
+
+    overrides = ["steps=2", "task.num_prompts=64", "generate.sampling_config.max_tokens=1024",
+                 "sim.median_response_length=256"]
+    assert simulate_main(["experiment=sim_asyncflow", f"run_dir={tmp_path}", *overrides]) == 0
+    out = capsys.readouterr().out
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert [r["label"] for r in study["rows"]] == ["synchronous (MindSpeed-RL hybrid)",
+                                                   "decoupled (AsyncFlow / verl style)", "ASP"]
+    headline = study["ratios"][0]
+    assert headline["paper"] == pytest.approx(226.8 / 59.3)
+    iteration = {r["label"]: r["simulated"]["iteration_s"] for r in study["rows"]}
+    assert headline["simulated"] == pytest.approx(iteration["synchronous (MindSpeed-RL hybrid)"]
+                                                  / iteration["decoupled (AsyncFlow / verl style)"])
+    assert f"| {headline['ratio']} | {headline['simulated']:.2f} | 3.82 |" in out
+    assert "What drives the decoupled / synchronous ratio here" in out

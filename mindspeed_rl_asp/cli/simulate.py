@@ -7,7 +7,8 @@
                                                           experiment, printed beside the paper's
                                                           figure, as study.json and study.png
 
-Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag``, ``sim_sensitivity``
+Studies: ``sim_table3``, ``sim_ablation``, ``sim_scaling``, ``sim_lag``, ``sim_sensitivity``,
+``sim_asyncflow``
 (sim/studies.py);
 ``validation``: every published measurement in configs/validation/cases.yaml beside its
 simulated figure (docs/validation.md).
@@ -107,7 +108,7 @@ def run_study(name: str, extra: list[str], run_dir: Path) -> int:
             target = study.paper_ratios.get(title) or ratio(paper, num, den, metric)
             ratios.append({"ratio": title + what, "simulated": sim, "paper": target,
                            "error": (sim / target - 1.0) if sim and target else None})
-    table = {"study": study.name, "title": study.title, "rows": rows, "ratios": ratios}
+    table = {"study": study.name, "title": study.title, "rows": rows, "ratios": ratios, "notes": list(study.notes)}
     (run_dir / "study.json").write_text(json.dumps(table, indent=2) + "\n")
     print(format_study(table))
     plot = draw_study(table, run_dir / "study.png", run_dir)
@@ -168,6 +169,8 @@ def format_study(table: dict) -> str:
         for q in table["ratios"]:
             err = "-" if q["error"] is None else f"{q['error']:+.0%}"
             lines.append(f"| {q['ratio']} | {_fmt(q['simulated'], 2)} | {_fmt(q['paper'], 2)} | {err} |")
+    for note in table.get("notes", ()):
+        lines += ["", note]
     return "\n".join(lines)
 
 

@@ -47,6 +47,8 @@ class Study:
     ratios: tuple[tuple[str, str, str, str], ...] = ()
     # The paper's figure for a ratio whose rows carry no figure of their own (ratio name -> value).
     paper_ratios: dict = field(default_factory=dict)
+    # What the reader needs beside the table: the assumptions that drive its ratios.
+    notes: tuple[str, ...] = ()
 
 
 def table3() -> Study:
@@ -149,7 +151,49 @@ def sensitivity() -> Study:
                  tuple(rows), tuple(ratios), paper)
 
 
-STUDIES = {"table3": table3, "ablation": ablation, "scaling": scaling, "lag": lag, "sensitivity": sensitivity}
+# AsyncFlow (Huawei): synchronous 59.3 -> decoupled 226.8 training throughput at prompt 2k ->
+# response 16k on Atlas 900 A3 SuperPoD / Atlas 800 A3 (../shared/DESIGN.md quotes it).
+ASYNCFLOW_SYNC, ASYNCFLOW_DECOUPLED = 59.3, 226.8
+ASYNCFLOW_SYSTEMS = {"hybrid": "synchronous (MindSpeed-RL hybrid)", "async_fifo": "decoupled (AsyncFlow / verl style)",
+                     "asp": "ASP"}
+
+
+def asyncflow() -> Study:
+    """The three systems at AsyncFlow's 2k -> 16k on 4 A3 nodes (configs/experiment/
+    asyncflow_*.yaml). At equal samples per step and equal world size a throughput ratio
+    is the inverse ratio of iteration times, so each ratio is read off ``iteration_s``."""
+    rows = tuple(Row(label, (f"experiment=asyncflow_{system}",), {}, "Qwen3-32B", label,
+                     "ascend_a3_hybrid" if system == "hybrid" else "ascend_a3_t2g2")
+                 for system, label in ASYNCFLOW_SYSTEMS.items())
+    sync, decoupled, asp = ASYNCFLOW_SYSTEMS.values()
+    headline = f"{decoupled} / {sync} throughput (AsyncFlow: {ASYNCFLOW_DECOUPLED} / {ASYNCFLOW_SYNC})"
+    ratios = ((headline, sync, decoupled, "iteration_s"),
+              (f"{asp} / {sync} throughput", sync, asp, "iteration_s"),
+              (f"{asp} / {decoupled} throughput: what the schedule and rolling refresh add", decoupled, asp,
+               "iteration_s"))
+    notes = (
+        "What drives the decoupled / synchronous ratio here: the tail. The synchronous loop waits every step "
+        "for its longest response (the latency bound column: one 16k response decoded alone at vllm-ascend's "
+        "host-bound eager step) and then trains with the generation devices idle; a decoupled run overlaps "
+        "max_staleness + 1 steps' tails and trains on other devices. The response-length distribution (median "
+        "4096 of 16384 assumed, AsyncFlow's is not published) and eager execution (MindSpeed-RL's A3 configs: "
+        "enforce_eager) set that tail; the MFU (0.35, assumed) sets how much training the synchronous loop "
+        "adds. The structural assumption that caps the decoupled rows: the control core gives an actor one "
+        "minibatch at a time, so an instance runs at most one minibatch's 64 sequences and idles its other "
+        "slots through that minibatch's 16k tail, where AsyncFlow streams new prompts into a replica as "
+        "sequences finish; a decoupled step then costs about one minibatch's tail, as a synchronous one does. "
+        "`asp-simulate experiment=sim_asyncflow engine.execution=graph` shows the graph-mode case.",
+        "The decoupled row runs AsyncFlow's synchronous CheckpointEngine as a global refresh (every rollout "
+        "instance loads the new version together, once per step) and fifo minibatches; ASP differs by its "
+        "length-homogeneous, load-balanced schedule and per-actor rolling refresh, both at staleness 1.",
+    )
+    return Study("asyncflow", "AsyncFlow's headline: prompt 2k -> response 16k, Qwen3-32B on 4 x 16 Ascend A3 "
+                 "dies (assumed model and batch)", rows, ratios,
+                 {headline: ASYNCFLOW_DECOUPLED / ASYNCFLOW_SYNC}, notes)
+
+
+STUDIES = {"table3": table3, "ablation": ablation, "scaling": scaling, "lag": lag, "sensitivity": sensitivity,
+           "asyncflow": asyncflow}
 
 
 def get_study(name: str) -> Study:
