@@ -164,3 +164,38 @@ def test_cli_on_a_tiny_cluster(tmp_path, capsys):
     times = [r["iteration_s"] for r in document["confirmed"]]
     assert times == sorted(times) and document["best"]["label"] == document["confirmed"][0]["label"]
     assert train_main([*last.split()[1:], "--dry-run"]) == 0
+    # How far to trust it: the tiny model shares only its family (qwen3) with the Qwen3-32B cases.
+    assert "how far to trust it" in captured.out
+    assert document["trust"][0].startswith("trust (end_to_end, nearest by model family: table3_qwen3_32b_hybrid")
+    assert all(line in captured.out for line in document["trust"])
+
+
+def _keys(case_id, scope, hardware, family, execution, target=0.25):
+    return planner.CaseKeys(case_id, scope, target, {"hardware": hardware, "model family": family,
+                                                     "execution": execution})
+
+
+def test_the_nearest_cases_share_the_most_with_the_plan_per_scope():
+    plan = {"hardware": "ascend910b3", "model family": "qwen3_moe", "execution": "eager"}
+    cases = [_keys("e2e_same", "end_to_end", "ascend910b3", "qwen3_moe", "eager"),
+             _keys("e2e_other_model", "end_to_end", "ascend910b3", "qwen3", "eager"),
+             _keys("micro_graph", "micro", "ascend910b3", "qwen3_moe", "graph", 0.3),
+             _keys("micro_gpu", "micro", "h100_sxm", "qwen3_moe", "eager", 0.3),
+             _keys("micro_gpu_llama", "micro", "h100_sxm", "llama", "graph", 0.3)]
+    nearest = planner.nearest_cases(cases, plan)
+    assert {scope: [c.id for c in group] for scope, group in nearest.items()} == {
+        "end_to_end": ["e2e_same"], "micro": ["micro_graph"]}
+    # Nothing shared: the scope is absent, and its line says it is unvalidated.
+    assert planner.nearest_cases([cases[-1]], plan) == {}
+
+
+def test_trust_lines_give_the_error_range_and_how_many_meet_the_target():
+    plan = {"hardware": "ascend910b3", "model family": "qwen3", "execution": "eager"}
+    group = [_keys("a", "end_to_end", "ascend910b3", "qwen3", "eager"),
+             _keys("b", "end_to_end", "ascend910b3", "qwen3", "eager")]
+    lines = planner.trust_lines(plan, {"end_to_end": group}, {"a": -0.64, "b": 0.1})
+    assert lines == [
+        "trust (end_to_end, nearest by hardware + model family + execution: a, b): simulated / measured - 1 "
+        "from -64% to +10%, 1 of 2 within the 25% target",
+        "trust (micro): no validation case shares the plan's hardware ascend910b3, model family qwen3, "
+        "execution eager: this scope is unvalidated"]

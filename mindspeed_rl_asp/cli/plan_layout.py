@@ -150,26 +150,29 @@ def plan(options: Options, overrides: list[str]) -> int:
     result.seconds = time.perf_counter() - started
     result.base_overrides = kept
     print(f"done in {result.seconds:.1f} s", file=sys.stderr)
-    print(report(result, cfg, options.rows))
+    trust = planner.validation_trust(cfg)
+    print(report(result, cfg, options.rows, trust))
     if options.json_path:
         path = Path(options.json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         document = {"model": cfg.model.name, "hardware": cfg.hardware.name, "nodes": layout.nodes,
                     "devices_per_node": layout.devices_per_node, "global_batch_size": rl.global_batch_size,
-                    "n_samples_per_prompt": rl.n_samples_per_prompt, **result.to_dict()}
+                    "n_samples_per_prompt": rl.n_samples_per_prompt, **result.to_dict(), "trust": trust}
         path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {path}", file=sys.stderr)
     print(planner.command_line(result.best_overrides()))
     return 0
 
 
-def report(result, cfg, rows: int) -> str:
+def report(result, cfg, rows: int, trust=()) -> str:
     from ..sim import planner
 
     lines = [*(f"note: {n}" for n in result.notes), *planner.summarize_skipped(result.skipped), "",
              f"{cfg.model.name} on {cfg.layout.nodes} x {cfg.layout.devices_per_node} {cfg.hardware.name}, "
              f"best {len(result.confirmed)} at steps={result.confirm_steps} (ranked by iteration time):",
-             planner.format_table(result.confirmed)]
+             planner.format_table(result.confirmed),
+             *(["", "how far to trust it (the nearest published measurements, docs/validation.md):", *trust]
+               if trust else [])]
     if result.confirmed is not result.screened:
         lines += ["", f"screening at steps={result.screen_steps}, best {rows} of {len(result.screened)}:",
                   planner.format_table(result.screened, rows)]

@@ -394,6 +394,88 @@ def _confirm(workspaces, finalists: Sequence[Evaluated], steps: int, workload, s
     return out
 
 
+# ----------------------------------------------------------------------- trust
+# How far the planner trusts its answer: the simulated / measured error of the validation
+# cases nearest to the plan (configs/validation/cases.yaml, docs/validation.md), per scope.
+# Nearness counts what a case shares with the plan, weighted by how much of the cost
+# models it carries: the hardware profile most, then the model family, then the engine's
+# execution (eager / graph).
+TRUST_KEYS = (("hardware", 4), ("model family", 2), ("execution", 1))
+
+
+@dataclass(frozen=True)
+class CaseKeys:
+    """What a validation case shares or not with a plan."""
+
+    id: str
+    scope: str
+    target: float
+    keys: Mapping[str, str]           # TRUST_KEYS name -> value
+
+
+def match_score(case: Mapping[str, str], plan: Mapping[str, str]) -> int:
+    return sum(weight for key, weight in TRUST_KEYS if case.get(key) and case.get(key) == plan.get(key))
+
+
+def nearest_cases(cases: Sequence[CaseKeys], plan: Mapping[str, str]) -> dict[str, list[CaseKeys]]:
+    """Per scope, the cases with the highest positive match score (none: the scope is
+    absent); cases in their file's order."""
+    out: dict[str, list[CaseKeys]] = {}
+    for scope in dict.fromkeys(c.scope for c in cases):
+        scored = [(match_score(c.keys, plan), c) for c in cases if c.scope == scope]
+        best = max((score for score, _ in scored), default=0)
+        if best > 0:
+            out[scope] = [c for score, c in scored if score == best]
+    return out
+
+
+def trust_lines(plan: Mapping[str, str], nearest: Mapping[str, Sequence[CaseKeys]],
+                errors: Mapping[str, float], scopes: Sequence[str] = ("end_to_end", "micro")) -> list[str]:
+    """One line per scope: which cases are nearest and what they share with the plan, the
+    range of their errors, and how many meet their target; or that none shares anything."""
+    what = ", ".join(f"{key} {plan.get(key)}" for key, _ in TRUST_KEYS)
+    lines = []
+    for scope in scopes:
+        cases = nearest.get(scope, [])
+        if not cases:
+            lines.append(f"trust ({scope}): no validation case shares the plan's {what}: this scope is unvalidated")
+            continue
+        shared = [key for key, _ in TRUST_KEYS if cases[0].keys.get(key) == plan.get(key)]
+        errs = [errors[c.id] for c in cases]
+        within = sum(abs(errors[c.id]) <= c.target for c in cases)
+        lines.append(f"trust ({scope}, nearest by {' + '.join(shared)}: {', '.join(c.id for c in cases)}): "
+                     f"simulated / measured - 1 from {min(errs):+.0%} to {max(errs):+.0%}, {within} of {len(cases)} "
+                     f"within the {cases[0].target:.0%} target")
+    return lines
+
+
+def plan_keys(cfg) -> dict[str, str]:
+    return {"hardware": str(cfg.hardware.name), "model family": str(cfg.model.family),
+            "execution": str(cfg.engine.execution)}
+
+
+def validation_trust(cfg, cases_file=None) -> list[str]:
+    """The trust lines of a plan's config: the validation cases (kind validation) of
+    ``cases_file`` (the shipped table by default), the nearest per scope simulated."""
+    import yaml
+
+    from ..config.load import config_dir, load_config
+    from .studies import load_cases, simulate_case
+
+    path = cases_file or config_dir() / "validation" / "cases.yaml"
+    cases = [c for c in load_cases(yaml.safe_load(open(path).read()) or {}) if c.kind == "validation"]
+    keyed = []
+    for case in cases:
+        case_cfg = load_config(list(case.overrides), local_install=False)
+        keyed.append(CaseKeys(case.id, case.scope, case.target, plan_keys(case_cfg)))
+    plan = plan_keys(cfg)
+    nearest = nearest_cases(keyed, plan)
+    by_id = {c.id: c for c in cases}
+    errors = {k.id: simulate_case(by_id[k.id]) / by_id[k.id].measured - 1.0
+              for group in nearest.values() for k in group}
+    return trust_lines(plan, nearest, errors)
+
+
 # ----------------------------------------------------------------------- output
 TABLE_COLUMNS = ("rank", "layout", "inst x n", "stale", "base+slack", "queue", "iter s", "tok/s/dev", "gen idle",
                  "train idle", "age", "bound s")
