@@ -51,3 +51,30 @@ def test_errors_are_one_clear_line(tmp_path, capsys, argv, message):
 def test_help_lists_groups(capsys):
     assert main(["--help"]) == 0
     assert "ascend910b3_t4g4" in capsys.readouterr().out
+
+
+def test_greedy_gives_the_same_answer_for_every_seed_and_sample(tmp_path):
+    """generate.greedy=true: the most likely token each step, so the samples of a prompt are
+    identical, and so are two runs with different seeds (sampling at temperature 1 is not)."""
+    def responses(name, *more):
+        run_dir = tmp_path / name
+        assert main([f"run_dir={run_dir}", "task.num_prompts=4", "rl.global_batch_size=4", "rl.mini_batch_size=4",
+                     "rl.n_samples_per_prompt=2", "generate.sampling_config.max_tokens=48", *more]) == 0
+        rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+        return [(r["prompt_id"], r["response"]) for r in rows]
+
+    first = responses("g0", "generate.greedy=true", "seed=0")
+    assert first == responses("g1", "generate.greedy=true", "seed=1")
+    by_prompt = {}
+    for pid, text in first:
+        by_prompt.setdefault(pid, set()).add(text)
+    assert len(by_prompt) == 4 and all(len(texts) == 1 for texts in by_prompt.values())
+    assert responses("s0", "seed=0") != responses("s1", "seed=1")   # sampling differs: the check can fail
+
+
+def test_asp_train_refuses_greedy(capsys):
+    from mindspeed_rl_asp.cli.train import main as train
+
+    assert train(["generate.greedy=true", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "generate.greedy=true is for asp-generate" in err

@@ -35,6 +35,18 @@ def rewards_table(samples) -> "Table":
     return table
 
 
+def sampling_of(cfg, seed: int):
+    """The sampling asp-generate uses: ``generate.sampling_config``, or with
+    ``generate.greedy=true`` the most likely token at each step (top_k=1: the same on every
+    engine and for every seed; the log-probs recorded are then 0)."""
+    from dataclasses import replace
+
+    from ..engines.base import SamplingParams
+
+    sampling = SamplingParams.from_config(cfg.generate.sampling_config, seed=seed)
+    return replace(sampling, temperature=1.0, top_p=1.0, top_k=1, min_p=0.0) if cfg.generate.greedy else sampling
+
+
 def generate(cfg) -> int:
     from .common import make_console
     from rich.progress import Progress
@@ -44,7 +56,6 @@ def generate(cfg) -> int:
     from ..config.engine import engine_settings
     from ..config.load import make_run_dir
     from ..config.validate import resolve_model_path
-    from ..engines.base import SamplingParams
     from ..engines.registry import make_generation_engine
     from ..engines.hf import load_tokenizer
     from ..policy.evaluate import sample_and_score
@@ -56,7 +67,8 @@ def generate(cfg) -> int:
     prompts = the_task.prompts
     run_dir = make_run_dir(cfg, "generate")
     console.print(f"[bold]asp-generate[/] {model_path.name} on {len(prompts)} prompts ({the_task.description}) "
-                  f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}; run dir {run_dir}")
+                  f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}"
+                  f"{', greedy' if cfg.generate.greedy else ''}; run dir {run_dir}")
     engine = make_generation_engine(SimpleNamespace(**engine_settings(cfg)), str(model_path))
     total = len(prompts) * cfg.rl.n_samples_per_prompt
     with Progress(console=console, transient=True) as progress:
@@ -66,7 +78,7 @@ def generate(cfg) -> int:
             progress.update(task, completed=done, description=f"generating ({tokens_per_second:,.0f} tok/s)")
 
         samples, summary = sample_and_score(
-            engine, engine.tokenizer, prompts, SamplingParams.from_config(cfg.generate.sampling_config, seed=cfg.seed), the_task,
+            engine, engine.tokenizer, prompts, sampling_of(cfg, cfg.seed), the_task,
             n_samples_per_prompt=cfg.rl.n_samples_per_prompt, batch_size=cfg.engine.max_num_seqs, on_batch=on_batch,
         )
     with open(run_dir / "samples.jsonl", "w", encoding="utf-8") as f:

@@ -290,6 +290,9 @@ class SamplingConfig:
 @dataclass
 class GenerateConfig:
     sampling_config: SamplingConfig = field(default_factory=SamplingConfig)
+    # asp-generate only: greedy decoding (the most likely token each step: top_k=1, so the
+    # same on every engine and seed); asp-train refuses it, RL needs sampled responses.
+    greedy: bool = False
 
 
 @dataclass

@@ -405,6 +405,9 @@ def validate_config(cfg, training: bool = True, local_install: bool = True) -> N
     problems += batch_problems(cfg, training)
     problems += refit_problems(cfg)
     problems += sampling_problems(cfg)
+    if training and cfg.generate.greedy:
+        problems.append("generate.greedy=true is for asp-generate: GRPO needs sampled responses (a group of "
+                        "identical answers has no advantage); remove it, or lower generate.sampling_config.temperature")
     problems += task_problems(cfg.task)
     problems += algo_problems(cfg.algo)
     problems += record_problems(cfg)
