@@ -37,8 +37,8 @@ Per run (``runtime.driver.run_training``; ``metrics.jsonl`` and ``summary.json``
   counts where its samples belong. Every epoch replays the same prompts, so the epochs
   are comparable; in ``async-s3`` a sample is scored as the (possibly stale) policy that
   generated it wrote it;
-* the policy age of the trained samples: mean and histogram (``policy_age_hist``, in
-  samples), wall time (the Control Unit's loop) and the run's time with actor start-up
+* the policy age of the trained samples: mean and histogram (``policy_age_hist``, in prompt
+  groups), wall time (the Control Unit's loop) and the run's time with actor start-up
   and the final check;
 * the driver's final check: initial vs final policy, same sampling seeds, paired by
   prompt, on the first ``--eval-prompts`` training prompts and on as many held-out mazes.

@@ -10,7 +10,6 @@ from mindspeed_rl_asp.algo.grpo import (
     grpo_loss,
     kl_penalty,
     make_loss_fn,
-    policy_age_histogram,
 )
 from mindspeed_rl_asp.engines.base import TrainBatch
 
@@ -51,14 +50,6 @@ def test_group_advantages_rejects_bad_input():
         group_advantages([1.0, 2.0], ["a"])
     with pytest.raises(ValueError, match="nan"):
         group_advantages([1.0, float("nan")], ["a", "a"])
-
-
-def test_policy_age_histogram():
-    assert policy_age_histogram(5, [5, 4, 4, 3, 5, 5]) == {0: 3, 1: 2, 2: 1}
-    assert list(policy_age_histogram(3, [0, 3, 1])) == [0, 2, 3]
-    assert policy_age_histogram(0, []) == {}
-    with pytest.raises(ValueError, match="newer"):
-        policy_age_histogram(2, [3])
 
 
 # ----------------------------------------------------------------------------- hand loss, 2 x 3

@@ -19,7 +19,7 @@ Only :func:`grpo_loss` and :func:`make_loss_fn` need torch, and import it when c
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, fields
 from typing import Any, Hashable, Mapping, Optional, Sequence
 
@@ -72,18 +72,6 @@ def group_advantages(
             centred = values[i] - mean
             advantages[i] = centred / (std + eps) if scale else centred
     return advantages
-
-
-def policy_age_histogram(trainer_version: int, versions: Sequence[int]) -> dict[int, int]:
-    """``{age: count}`` with ``age = trainer_version - version``, sorted by age.
-
-    A sample from a version newer than the trainer's is a bookkeeping error: ValueError.
-    """
-    ages = Counter(int(trainer_version) - int(v) for v in versions)
-    negative = sorted(a for a in ages if a < 0)
-    if negative:
-        raise ValueError(f"versions newer than trainer_version={trainer_version}: ages {negative}")
-    return dict(sorted(ages.items()))
 
 
 # --------------------------------------------------------------------------- config
@@ -382,5 +370,5 @@ def make_loss_fn(cfg: GRPOLossConfig, global_norm: bool = True):
 
 __all__ = [
     "GRPOLossConfig", "GRPOLossKeys", "KL_ESTIMATORS", "LOSS_AGG_MODES", "OFF_POLICY_MODES", "group_advantages", "grpo_loss",
-    "kl_penalty", "make_loss_fn", "policy_age_histogram",
+    "kl_penalty", "make_loss_fn",
 ]

@@ -69,6 +69,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from .policy_age import age_histogram, merge_age_histograms
 from .dispatcher import (Dispatcher, PlannedMinibatch, ProtocolError, as_minibatches,
                          minibatches_from_plan)
 from .queue import QueuedGroup, TrainingQueue
@@ -433,7 +434,8 @@ class ControlCore:
         step = self.trainer_version
         taken = self.queue.take(len(batch))
         versions = tuple(g.version for g in taken)
-        self.ages.update(self.staleness.consume(step, versions))
+        self.staleness.consume(step, versions)
+        self.ages.update(age_histogram(step, versions))
         self._rejected_for_step = 0
         ids = tuple(g.prompt_id for g in taken)
         self._consumed.extend(ids)
@@ -730,7 +732,7 @@ class ControlCore:
             queue_capacity=self.queue.capacity, throttled=self.queue.throttled,
             admitted_prompts=self.staleness.admitted, consumed_prompts=self.staleness.consumed,
             pending_minibatches=len(d.minibatches) - d.cursor, retry_minibatches=len(d.retries),
-            actors=actors, age_histogram=dict(sorted(self.ages.items())),
+            actors=actors, age_histogram=merge_age_histograms(self.ages),
             outstanding_by_version=self.staleness.outstanding(),
             rejected_prompts=len(self._rejected), extra_minibatches=self.extra_minibatches)
 

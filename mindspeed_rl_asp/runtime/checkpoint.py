@@ -96,12 +96,11 @@ def remaining_minibatches(minibatches: Sequence[tuple[str, Sequence[str]]],
 
 
 def merge_histograms(*histograms: dict) -> dict[str, int]:
-    """Policy-age histograms (age -> prompt groups) summed; keys as strings, sorted by age."""
-    total: dict[int, int] = {}
-    for histogram in histograms:
-        for age, count in histogram.items():
-            total[int(age)] = total.get(int(age), 0) + int(count)
-    return {str(k): v for k, v in sorted(total.items())}
+    """Policy-age histograms (age -> prompt groups) summed, as JSON keeps them: keys as
+    strings, sorted by age (``control/policy_age.py``)."""
+    from ..control.policy_age import merge_age_histograms
+
+    return {str(age): n for age, n in merge_age_histograms(*histograms).items()}
 
 
 def checkpoint_name(version: int) -> str:

@@ -132,7 +132,8 @@ class TrainingWorker:
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
         """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
         from ..algo.dapo import score_samples
-        from ..algo.grpo import group_advantages, policy_age_histogram
+        from ..algo.grpo import group_advantages
+        from ..control.policy_age import age_histogram, age_metrics
         from ..engines.base import TrainBatch
         from ..tasks import base_prompt_id
 
@@ -188,7 +189,6 @@ class TrainingWorker:
                 if shard_map else self.reference.logprobs(batch.prompt_ids, batch.response_ids))
         loss_metrics = self._update(batch)
         self.version += 1
-        ages = policy_age_histogram(step, [r[4] for r in rows])
         n = len(rows)
         metrics = {
             "reward_mean": sum(rewards) / n,
@@ -208,9 +208,7 @@ class TrainingWorker:
             # prompts, so these are comparable across epochs where single steps are not.
             "epoch_correctness": epoch_sums(rows, scores),
             "epoch_integrity": epoch_sums(rows, scores, "integrity"),
-            "policy_age_hist": {str(k): v for k, v in ages.items()},
-            "policy_age_mean": sum(k * v for k, v in ages.items()) / n,
-            "policy_age_max": max(ages),
+            **age_metrics(age_histogram(step, [groups[p].version for p in prompt_ids])),
             **loss_metrics,
         }
         rollouts = rollout_records(rows, scores, advantages, self._decode, self.rollouts_per_step) \

@@ -30,6 +30,7 @@ from typing import Mapping, Sequence
 
 from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Event
+from ..control.policy_age import age_histogram, age_metrics
 from ..runtime.generation_unit import LoadReport, MinibatchReport
 from ..runtime.training_unit import StepReport
 from ..tasks import base_prompt_id
@@ -132,16 +133,10 @@ class SimCluster:
             duration = (training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
                                       s.extra_forwards, squares, s.recompute)
                         + s.grad_sync_s + (s.switch_s if s.colocated else 0.0))
-            ages = {}
-            n = len(lengths) // max(len(action.prompt_ids), 1)
-            for v in action.versions:
-                ages[action.step - v] = ages.get(action.step - v, 0) + n
             metrics = {"samples": len(lengths), "response_tokens": sum(lengths),
                        "response_length_mean": sum(lengths) / max(len(lengths), 1), "trained_tokens": tokens,
                        "response_length_max": max(lengths, default=0), "prompt_length_max": max(prompts, default=0),
-                       "policy_age_hist": {str(k): v for k, v in sorted(ages.items())},
-                       "policy_age_mean": sum(k * v for k, v in ages.items()) / max(len(lengths), 1),
-                       "policy_age_max": max(ages, default=0)}
+                       **age_metrics(age_histogram(action.step, action.versions))}
             if self.rewards is not None:   # the groups with a GRPO signal (rewards with a spread)
                 signal = [p for p in action.prompt_ids if max(self.group_rewards[p]) != min(self.group_rewards[p])]
                 effective = sum(self._rows(signal)[1])

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 
 from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
 from ..control.loop import Done, Fanout, Observer, drive
+from ..control.policy_age import age_histogram, age_metrics, merge_age_histograms
 from .batching import Instance, full_batch_token_rate, lone_sequence_time
 from .cluster import SimCluster, SimSetup
 from .costs import (gradient_sync_time, kv_capacity_tokens, load_bandwidth, offload_bytes_per_device, publish_time,
@@ -176,8 +177,7 @@ class SimStats(Observer):
                 if "trained_tokens" in m:
                     self.step_lengths.append((m["samples"], m["trained_tokens"], m.get("prompt_length_max", 0),
                                               m.get("response_length_max", 0)))
-                for v in action.versions:
-                    self.ages[action.step - v] = self.ages.get(action.step - v, 0) + 1
+                self.ages = merge_age_histograms(self.ages, age_histogram(action.step, action.versions))
             elif isinstance(action, Publish):
                 self.train_busy += t - start
                 self.step_end.append(t)
@@ -338,7 +338,6 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
     busy = sum(stats.gen_busy)
     per_instance = setup.instance.devices
     bound, gen_bound, train_bound = lower_bounds(cfg, setup, workload)
-    consumed = sum(stats.ages.values())
     padded = sum(t.capacity * t.decode_steps for t in timings)
     world = devices
     max_tokens = sum(n * (p + r) for n, _, p, r in stats.step_lengths)
@@ -357,8 +356,8 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         tokens_per_s_per_gen_device_busy=stats.tokens / (busy * per_instance) if busy else 0.0,
         generation_idle=1.0 - busy / (total * setup.num_actors) if total else 0.0,
         trainer_idle=1.0 - stats.train_busy / total if total else 0.0,
-        policy_age_mean=sum(k * v for k, v in stats.ages.items()) / max(consumed, 1),
-        policy_age_hist=dict(sorted(stats.ages.items())),
+        policy_age_mean=age_metrics(stats.ages)["policy_age_mean"],
+        policy_age_hist=stats.ages,
         queue_mean_samples=stats.queue_area / total if total else 0.0, queue_max_samples=stats.queue_max,
         padding_bubble=_weighted(timings, "slot_bubble", lambda t: t.capacity * t.decode_steps, padded)
         if setup.instance.engine.batching == "static" else 0.0,
