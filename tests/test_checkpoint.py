@@ -274,3 +274,50 @@ def test_record_rollouts_refuses_other_values(bad):
 
     with pytest.raises(ConfigError, match="record.rollouts="):
         rollouts_per_step(bad)
+
+
+def test_a_resume_refused_for_a_changed_task_writes_nothing(saved_run, capsys):
+    """The checkpoint's dispatch list names prompts the task no longer has: one error line,
+    and no config.resume-*.yaml, swept partials or moved rows (a refused resume writes nothing)."""
+    from mindspeed_rl_asp.cli.train import main
+
+    write_checkpoint(saved_run, state(2, minibatches=(("mb0", ["gone-0", "gone-1"]),)), write_trainer_files, keep=2)
+    (saved_run / "metrics.jsonl").write_text(json.dumps({"step": 3}) + "\n")   # a row a resume would set aside
+    before = {str(p.relative_to(saved_run)): p.stat().st_mtime_ns for p in saved_run.rglob("*")}
+    assert main([f"resume={saved_run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'gone-0'" in err[0] and "task's data changed" in err[0]
+    assert {str(p.relative_to(saved_run)): p.stat().st_mtime_ns for p in saved_run.rglob("*")} == before
+
+
+def test_spans_after_the_checkpoint_are_set_aside(tmp_path):
+    from mindspeed_rl_asp.runtime.checkpoint import set_aside_spans_after
+
+    spans = [{"lane": "train", "kind": "train", "start": s, "end": s + 1.0, "label": "", "info": {"segment": 0}}
+             for s in (0.0, 2.0, 4.0, 6.0)]
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spans))
+    assert set_aside_spans_after(tmp_path, 0.0) == 0   # a checkpoint from before saved_at: nothing moves
+    assert set_aside_spans_after(tmp_path, 4.5) == 2   # ends at 5 and 7: after the checkpoint
+    kept = [json.loads(x)["end"] for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    moved = [json.loads(x)["end"] for x in (tmp_path / "timeline.discarded.jsonl").read_text().splitlines()]
+    assert kept == [1.0, 3.0] and moved == [5.0, 7.0]
+
+
+def test_checkpoints_carry_their_time_and_spans_their_segment(tmp_path):
+    """The control state says when it was saved (the cluster's clock), and each span a
+    resumed segment writes says which segment (the version it started from)."""
+    from types import SimpleNamespace
+
+    from mindspeed_rl_asp.runtime.checkpoint import Checkpointer
+    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+
+    core = SimpleNamespace(trainer_version=1, consumed_ids=lambda: ["b"], dispatcher=SimpleNamespace(minibatches=[]),
+                           snapshot=lambda: SimpleNamespace(age_histogram={}))
+    saved = Checkpointer(tmp_path, 0, 2, state(4), 10.0, write_trainer_files).state(core, 17.5)
+    assert saved.saved_at == 17.5 and ControlState.from_json(saved.to_json()).saved_at == 17.5
+    recorder = RunRecorder(tmp_path, 1, 1, tensorboard=False, step_offset=4)
+    recorder.failure(SimpleNamespace(actor=0, minibatch_id="m0"), 1.0, 2.0, "boom")
+    recorder.actor_back(0, True, 3.0, 5)
+    recorder.close()
+    rows = [json.loads(x) for x in (tmp_path / "timeline.jsonl").read_text().splitlines()]
+    assert [r["info"]["segment"] for r in rows] == [4, 4]

@@ -54,3 +54,17 @@ def test_too_many_rejected_groups_is_one_line(capsys):
     assert run_command("asp-simulate", "t", body, []) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "asp-simulate: error: step 0: 9 groups rejected, more than algo.max_num_gen_batches allows"]
+
+
+def test_an_actors_disk_error_is_unwrapped_from_rays_task_error():
+    """A trainer's checkpoint or export write that fails reaches the driver wrapped by Ray;
+    the driver hands on the OSError itself, so the command prints its one line."""
+    import ray.exceptions
+
+    from mindspeed_rl_asp.runtime.driver import os_error_of
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "run/checkpoints/step_000002.partial/policy")
+    wrapped = ray.exceptions.RayTaskError("save_checkpoint", "Traceback ...\nOSError: ...", full)
+    assert os_error_of(wrapped) is full
+    other = RuntimeError("not a disk")
+    assert os_error_of(other) is other

@@ -103,6 +103,13 @@ def test_sigterm_stops_like_ctrl_c_with_a_checkpoint(ray_cluster, tmp_path):
     assert summary["checkpoint"] and summary["resume_command"] == f"asp-train resume={run_dir}"
     version = latest_version(run_dir)
     assert version == summary["steps"] >= 1 and len(summary["consumed_prompt_ids"]) == 4 * version
+    # Every step counted is recorded, the one that finished inside the interrupt too: its
+    # metrics row, its train and publish spans (so a resume finds no partial epoch).
+    rows = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows == list(range(version))
+    spans = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    assert [s["label"] for s in spans if s["kind"] == "publish"] == [f"v{v}" for v in range(1, version + 1)]
+    assert {s["info"]["segment"] for s in spans} == {0}
 
     # It resumes from there (a few more steps, then Ctrl-C in-process is the other test's job).
     assert main([f"resume={run_dir}", "--dry-run"]) == 0

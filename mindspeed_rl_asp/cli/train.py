@@ -85,11 +85,10 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
 
     if resume is None:
         run_dir = make_run_dir(cfg, "train")
-    else:   # its config.yaml stays as the run began; this segment's goes beside it
+    else:   # its config.yaml stays as the run began; the driver writes this segment's beside it once all checks pass
         from pathlib import Path
 
         run_dir = Path(cfg.run_dir)
-        (run_dir / f"config.resume-{resume.version:06d}.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         for note in resume.skipped:   # newer checkpoints that are damaged, one line each
             console.print(f"skipped checkpoint {note}")
         console.print(f"resuming from {resume.path} (version {resume.version})")

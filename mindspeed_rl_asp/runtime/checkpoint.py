@@ -71,6 +71,7 @@ class ControlState:
     wall_time_s: float = 0.0
     generation_failures: int = 0
     faults: list = field(default_factory=list)   # the run's actor faults so far (summary.json's "faults")
+    saved_at: float = 0.0   # the cluster's clock when saved: later spans of a dead segment are set aside on resume
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
@@ -303,7 +304,7 @@ class Checkpointer(Observer):
             age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
             wall_time_s=prior.wall_time_s + (t - self.start),
             generation_failures=prior.generation_failures + (self.faults.failures if self.faults else 0),
-            faults=list(prior.faults) + (list(self.faults.faults) if self.faults else []))
+            faults=list(prior.faults) + (list(self.faults.faults) if self.faults else []), saved_at=t)
 
     def save(self, core, t: float) -> Optional[Path]:
         """Checkpoint the current version (once per version); returns its directory."""
@@ -390,8 +391,27 @@ def set_aside_metrics_after(run_dir: Path, version: int) -> int:
     return moved_metrics
 
 
+def set_aside_spans_after(run_dir: Path, saved_at: float) -> int:
+    """Move the spans of ``timeline.jsonl`` that end after ``saved_at`` (the resumed
+    checkpoint's time: work of the dead segment after it, which the resume does again) to
+    ``timeline.discarded.jsonl``. A checkpoint from before ``saved_at`` was kept (0) moves
+    nothing. Returns how many moved."""
+    path = Path(run_dir) / "timeline.jsonl"
+    if not saved_at or not path.is_file():
+        return 0
+    keep, moved = [], []
+    for row in path.read_text(encoding="utf-8").splitlines():
+        if row.strip():
+            (moved if json.loads(row)["end"] > saved_at else keep).append(row)
+    if moved:
+        with open(Path(run_dir) / "timeline.discarded.jsonl", "a", encoding="utf-8") as f:
+            f.write("".join(r + "\n" for r in moved))
+        _write_atomic(path, "".join(r + "\n" for r in keep))
+    return len(moved)
+
+
 __all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",
            "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint", "damage",
            "write_manifest", "intact_checkpoints",
            "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point", "check_steps_left",
-           "set_aside_metrics_after"]
+           "set_aside_metrics_after", "set_aside_spans_after"]

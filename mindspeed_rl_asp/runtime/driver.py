@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -112,38 +109,14 @@ def task_config_for_actors(cfg) -> dict:
     return task_cfg
 
 
-@contextmanager
-def interrupt_signals():
-    """SIGTERM (what cluster schedulers send before they kill a job) and SIGINT both raise
-    KeyboardInterrupt in the driver, so a run stops the same way for either; yields the
-    list of signal names received. Installed after ``ray.init``, whose own SIGTERM handler
-    would end the driver with a stack dump; the previous handlers are put back after."""
-    received: list[str] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def handler(signum, frame):
-        received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def start_segment(cfg, run_dir: Path, prompts, resume=None):
     """Where this run segment starts: ``(resume point or None, prior control state,
     minibatches to dispatch)``. A new run plans (``plan.json``); a resumed one takes the
-    checkpoint's dispatch list minus what was trained, sweeps partial checkpoints and
-    sets aside the metrics the dead segment wrote after its checkpoint. ``resume``: the
-    resume point if the caller found (and so verified) it already: verifying hashes every
-    file of the checkpoint, once is enough."""
-    from .checkpoint import (ControlState, check_steps_left, checkpoints_dir, find_resume_point, remaining_minibatches,
-                             set_aside_metrics_after, sweep_partials)
+    checkpoint's dispatch list minus what was trained and writes nothing yet
+    (:func:`begin_resumed_segment`, once every check passed). ``resume``: the resume point
+    if the caller found (and so verified) it already: verifying hashes every file of the
+    checkpoint, once is enough."""
+    from .checkpoint import ControlState, check_steps_left, find_resume_point, remaining_minibatches
     from .planning import plan_run
 
     if not cfg.resume:
@@ -153,9 +126,33 @@ def start_segment(cfg, run_dir: Path, prompts, resume=None):
     resume = resume or find_resume_point(run_dir)
     prior = resume.control
     check_steps_left(resume, cfg.steps, cfg.resume)
-    sweep_partials(checkpoints_dir(run_dir))
-    set_aside_metrics_after(run_dir, prior.version)
     return resume, prior, remaining_minibatches(prior.minibatches, prior.consumed)
+
+
+def check_prompts_known(minibatches, known, resume) -> None:
+    """A ConfigError when the resumed dispatch list names prompts the task does not have
+    (its file changed since the run began): one line, before anything is written."""
+    from ..config.validate import ConfigError
+    from ..tasks import base_prompt_id
+
+    unknown = [pid for _, ids in minibatches for pid in ids if base_prompt_id(pid) not in known]
+    if unknown:
+        raise ConfigError(f"resume from {resume.path}: {len(unknown)} prompt(s) of its dispatch list are not in the "
+                          f"task (first: {unknown[0]!r}); the task's data changed since the run began: restore it, "
+                          "or start a new run")
+
+
+def begin_resumed_segment(cfg, run_dir: Path, resume) -> None:
+    """Once a resume passed every check: sweep partial checkpoints, set aside what the dead
+    segment wrote after its checkpoint (metrics and rollouts of the steps trained again,
+    timeline spans after the checkpoint's time) and save this segment's config beside the
+    run's (``config.resume-<version>.yaml``)."""
+    from .checkpoint import checkpoints_dir, set_aside_metrics_after, set_aside_spans_after, sweep_partials
+
+    sweep_partials(checkpoints_dir(run_dir))
+    set_aside_metrics_after(run_dir, resume.version)
+    set_aside_spans_after(run_dir, resume.control.saved_at)
+    (run_dir / f"config.resume-{resume.version:06d}.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
 
 def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -> tuple[list, list]:
@@ -258,9 +255,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .recorder import RunRecorder, dynamic_sampling_summary
     from .replan import make_epoch_observer
     from .transport import make_transport
-    from .checkpoint import Checkpointer, latest_checkpoint, merge_histograms
-    from ..control.loop import Fanout, Loop, TrainerFailed
-    from ..control.core import ActorsExhausted, TooManyRejected
+    from .checkpoint import Checkpointer, merge_histograms
+    from .interrupts import interrupt_signals
+    from ..control.loop import Fanout, Loop
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
@@ -273,6 +270,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
     epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
     offset = prior.version
+    if resume is not None:
+        check_prompts_known(minibatches, tokens, resume)
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
     placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
@@ -286,6 +285,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
         raise ConfigError("mode=hybrid with engine=mindspeed is MindSpeed-RL's own colocated run (launch its "
                           "cli/train_grpo.py for that baseline); ASP's engine=mindspeed runs mode=async")
+    if resume is not None:   # every check passed: now the resumed segment writes
+        begin_resumed_segment(cfg, run_dir, resume)
     started_ray = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
     phase("Ray cluster up")
     resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": offset}
@@ -300,8 +301,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 "faults": list(prior.faults) + (recorder.faults if recorder is not None else []),
                 "resumed_from": resumed_from, "task": task_summary, **more}
 
-    with interrupt_signals() as received:
-        recorder = pg = loop = None
+    with interrupt_signals() as interrupts:
+        recorder = pg = loop = checkpointer = None
         try:
             multi_node = launched_by_asp_launch()
             if multi_node:   # bundle k on the machine started as layout node k
@@ -332,7 +333,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
             # A resumed segment samples afresh (its versions restart at 0 inside the core).
             seed = cfg.seed if offset == 0 else zlib.crc32(f"{cfg.seed}/resume/{offset}".encode())
-            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport)
+            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport, waiting=interrupts.waiting)
             start = cluster.now()
             recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
                                    if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
@@ -344,8 +345,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
             loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster),
                                               FirstGeneration(phase)))
-            while loop.advance():
-                pass
+            with interrupts.held():   # a first signal lands only where the loop waits (runtime/interrupts.py)
+                while loop.advance():
+                    pass
             outcome = loop.outcome
             finish = outcome.finish
             wall_time = cluster.now() - start + prior.wall_time_s
@@ -360,26 +362,29 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             final_path = run_dir / "final_policy"
             if cfg.eval.save_final_policy or cfg.eval.num_prompts:
                 ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
-        except (TrainerFailed, ActorsExhausted, TooManyRejected) as error:   # the run cannot go on: say so, then raise
+        except KeyboardInterrupt:   # Ctrl-C or SIGTERM (runtime/interrupts.py)
+            settled = settle_interrupt(loop, checkpointer, core, cluster if loop is not None else None,
+                                       cfg.save_every, interrupts)
+            latest = last_checkpoint(checkpointer, resume)
             summary = summary_of_segment(
-                failed=True, error=str(error).splitlines()[0] if str(error) else type(error).__name__)
-            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            raise
-        except KeyboardInterrupt:   # Ctrl-C or SIGTERM (interrupt_signals)
-            if loop is not None and loop.outcome is None:
-                try:   # stop generating, let a step in training finish, then checkpoint it
-                    loop.interrupt(finish_training=True)
-                    if cfg.save_every:
-                        checkpointer.save(core, cluster.now())
-                except KeyboardInterrupt:   # a second signal: stop at once (the last checkpoint stays)
-                    pass
-            latest = latest_checkpoint(run_dir)
-            summary = summary_of_segment(
-                interrupted=True, signal=received[0] if received else "SIGINT",
+                interrupted=True, signal=interrupts.received[0] if interrupts.received else "SIGINT",
                 stage="training" if loop is not None else "starting actors", checkpoint=latest and str(latest),
-                resume_command=f"asp-train resume={run_dir}" if latest else None)
-            (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+                resume_command=f"asp-train resume={run_dir}" if latest else None,
+                **({} if settled else {"stopped_at_once": True}))
+            write_summary(run_dir, summary)
             return summary
+        except Exception as error:   # the run cannot go on: summary.json says why, then one line for the user
+            error = os_error_of(error)
+            latest = last_checkpoint(checkpointer, resume)
+            line = first_line(error)
+            summary = summary_of_segment(failed=True, error=line, error_type=type(error).__name__,
+                                         error_detail=str(error), checkpoint=latest and str(latest),
+                                         resume_command=f"asp-train resume={run_dir}" if latest else None)
+            try:
+                write_summary(run_dir, summary)
+            except OSError:   # the disk that failed the run may fail this too: the error below says why
+                pass
+            raise with_resume_hint(error, run_dir, latest) from None
         finally:
             if recorder is not None:
                 recorder.close()
@@ -394,7 +399,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     summary["on_policy_correctness_by_epoch"] = [
         {"epoch": e, "correctness": m, "samples": n, "complete": c}
         for (e, m, n), c in zip(by_epoch, is_complete(by_epoch))]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")   # training is done
+    write_summary(run_dir, summary)   # training is done
     if cfg.eval.num_prompts:
         by_id = {p.id: p for p in prompts}
         trained = [by_id[i] for i in dict.fromkeys(base_prompt_id(i) for i in summary["consumed_prompt_ids"])]
@@ -402,8 +407,61 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval, task))
         except KeyboardInterrupt:   # the training and its final policy are kept; only the check is cut
             summary.update(interrupted=True, stage="final evaluation")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(run_dir, summary)
     return summary
+
+
+def settle_interrupt(loop, checkpointer, core, cluster, save_every: int, interrupts) -> bool:
+    """After the first signal: stop generating, let a step in training finish and be
+    published (recorded like any other), then checkpoint (with ``save_every``). Returns
+    False when a second signal cut that short: the run stops at once, the last checkpoint stays."""
+    if loop is None or loop.outcome is not None:
+        return not interrupts.repeated
+    try:
+        loop.interrupt(finish_training=True)
+        if save_every:
+            checkpointer.save(core, cluster.now())
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
+def last_checkpoint(checkpointer, resume):
+    """The checkpoint a resume would start from, without reading it again: the one this
+    segment wrote last, else the one it resumed from (verified then); None for a new run
+    that wrote none."""
+    if checkpointer is not None and checkpointer.last_path is not None:
+        return checkpointer.last_path
+    return resume.path if resume is not None else None
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def os_error_of(error: BaseException) -> BaseException:
+    """The OSError an actor raised (a checkpoint or export write: disk full, read-only),
+    which Ray hands over wrapped in a task error; any other error as it is."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, OSError) else error
+
+
+def with_resume_hint(error: BaseException, run_dir: Path, latest) -> BaseException:
+    """A run-ending error of the run (trainer failed or died, every actor retired, too many
+    groups rejected) as one line with what to do next; any other error as it is."""
+    from ..control.core import ActorsExhausted, TooManyRejected
+    from ..control.loop import TrainerFailed
+
+    if not isinstance(error, (TrainerFailed, ActorsExhausted, TooManyRejected)):
+        return error
+    hint = (f"; resume with `asp-train resume={run_dir}` (from {Path(latest).name})" if latest
+            else "; no checkpoint to resume from (save_every=K writes them)")
+    return type(error)(first_line(error) + hint)
+
+
+def write_summary(run_dir: Path, summary: dict) -> None:
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts,

@@ -37,7 +37,9 @@ class RunRecorder(Observer):
         """``engine``: the engine config (``cfg.engine``); its ``batching`` (static or
         continuous) and ``max_num_seqs`` decide ``slot_bubble`` (default: static).
         ``step_offset`` / ``elapsed_offset``: a resumed run's steps (and versions) and
-        seconds before this segment, added to what is written (the core counts from 0)."""
+        seconds before this segment, added to what is written (the core counts from 0).
+        Every span in ``timeline.jsonl`` carries its segment, ``info["segment"]``: the version
+        the segment started from (0: the run's first)."""
         self.step_offset, self.elapsed_offset = step_offset, elapsed_offset
         self.run_dir = Path(run_dir)
         engine = engine if engine is not None else {}
@@ -109,7 +111,12 @@ class RunRecorder(Observer):
 
     def _add(self, span: Span) -> None:
         self.spans.append(span)
-        self._timeline.write(json.dumps(asdict(span)) + "\n")
+        self._write_span(span)
+
+    def _write_span(self, span: Span) -> None:
+        row = asdict(span)
+        row["info"]["segment"] = self.step_offset
+        self._timeline.write(json.dumps(row) + "\n")
         self._timeline.flush()
 
     def generated(self, report, prompts: int) -> None:
@@ -160,9 +167,7 @@ class RunRecorder(Observer):
         else:
             self.fault(t, actor, "retired", error=_first_line(detail))
         # In timeline.jsonl only: the time away counts as idle in generation_idle_fraction.
-        span = Span(f"gen-{actor}", "restart" if restarted else "retired", died, t, "", {"back": restarted})
-        self._timeline.write(json.dumps(asdict(span)) + "\n")
-        self._timeline.flush()
+        self._write_span(Span(f"gen-{actor}", "restart" if restarted else "retired", died, t, "", {"back": restarted}))
 
     def load_failure(self, action, start: float, end: float, error: str) -> None:
         self.load_failures += 1
