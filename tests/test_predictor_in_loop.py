@@ -104,7 +104,9 @@ def test_items_cover_every_prompt_and_profiled_keep_observed(tmp_path):
     assert [i for i, _ in items] == [p.id for p in prompts]
     assert all(np.isfinite(v) and v >= 0 for _, v in items)
     assert report["profiled"] == 12 and report["fitted_on"] + report["held_out_prompts"] == 12
-    assert report["predicted"] == 12 and set(report["held_out"]) == {"kendall_tau", "spearman_rho", "prompts"}
+    assert report["predicted"] == 12 and set(report["held_out"]) == {"kendall_tau", "spearman_rho", "prompts", "caveat"}
+    # So few held-out prompts: the rank quality comes with why it says little.
+    assert f"only {report['held_out']['prompts']} held-out prompt(s)" in report["held_out"]["caveat"]
     profile = [json.loads(line) for line in (tmp_path / "length_profile.jsonl").read_text().splitlines()]
     assert len(profile) == 12 and all(len(r["lengths"]) == 2 for r in profile)
     by_id = dict(items)
@@ -173,3 +175,11 @@ def test_asp_train_with_the_predictor_in_the_loop(ray_cluster, tmp_path, kind):
     assert sorted(i for g in plan["groups"] for mb in g for i in mb["ids"]) == sorted(
         p.id for p in _task(load_config(SMALL)))
     load_predictor(run_dir / "length_predictor", kind)  # the saved predictor loads
+
+
+def test_held_out_caveat_from_few_prompts_only():
+    from mindspeed_rl_asp.runtime.length_profile import MIN_HELD_OUT, held_out_caveat
+
+    assert "only 2 held-out prompt(s)" in held_out_caveat(2) and "spreads by 1.00" in held_out_caveat(2)
+    assert MIN_HELD_OUT == 20 and "spreads by 0.17" in held_out_caveat(19)
+    assert held_out_caveat(MIN_HELD_OUT) is None
