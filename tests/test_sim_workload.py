@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mindspeed_rl_asp.schedule.length_files import LengthFileError
 from mindspeed_rl_asp.schedule.plan import PLANNERS, SchedulerParams, make_plan, padding_stats
 from mindspeed_rl_asp.schedule.predictors import spearman_rho
 from mindspeed_rl_asp.sim.workload import (
@@ -303,7 +304,7 @@ BAD_FILES = [
 @pytest.mark.parametrize("lines, lineno, field, problem", BAD_FILES)
 def test_a_bad_record_is_named_by_line_and_field(tmp_path, lines, lineno, field, problem):
     path = write_lines(tmp_path / "bad.jsonl", lines)
-    with pytest.raises(WorkloadError) as info:
+    with pytest.raises(LengthFileError) as info:
         replay_workload(path)
     message = str(info.value)
     assert f"bad.jsonl:{lineno}:" in message
@@ -316,7 +317,7 @@ def test_a_bad_record_is_named_by_line_and_field(tmp_path, lines, lineno, field,
 def test_an_empty_file_is_refused(tmp_path, content):
     path = tmp_path / "empty.jsonl"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(WorkloadError, match="empty.jsonl: no records"):
+    with pytest.raises(LengthFileError, match="empty.jsonl: no records"):
         replay_workload(path)
 
 

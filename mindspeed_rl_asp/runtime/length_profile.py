@@ -101,22 +101,11 @@ def write_profile(records: Sequence[dict], path: str | Path) -> None:
 
 
 def read_profile(path: str | Path) -> list[dict]:
-    """Read a profile; each line needs id, prompt and a non-empty list of lengths."""
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{n}: not JSON ({error})") from None
-            if not isinstance(r, dict) or not {"id", "prompt", "lengths"} <= set(r) or not r["lengths"]:
-                raise ValueError(f"{path}:{n}: need an object with id, prompt and non-empty lengths")
-            records.append(r)
-    if not records:
-        raise ValueError(f"{path}: no records")
-    return records
+    """Read a profile; each line needs id, prompt and observed lengths (a bad one raises
+    ``schedule/length_files.LengthFileError``). Records as written, ``lengths`` a list."""
+    from ..schedule.length_files import read_length_file
+
+    return [dict(r.fields, lengths=list(r.lengths)) for r in read_length_file(path, "observed", ("prompt",))]
 
 
 def profile_records(prompts: Sequence, lengths: dict, finished: dict, extra: Callable | None = None) -> list[dict]:

@@ -362,18 +362,11 @@ def _check_plan(plan: SchedulePlan) -> None:
 
 # --------------------------------------------------------------------------- inputs / metrics
 def read_items_jsonl(path: str | os.PathLike) -> list[tuple[str, float]]:
-    """Read ``{"id": ..., "predicted_length": ...}`` lines (blank lines skipped)."""
-    items: list[tuple[str, float]] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                items.append((row["id"], row["predicted_length"]))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ScheduleError(f"{os.fspath(path)}:{lineno}: bad item line ({exc!r})") from None
-    return items
+    """Read ``{"id": ..., "predicted_length": ...}`` lines (blank lines skipped; a bad one
+    raises ``schedule/length_files.LengthFileError``, a ScheduleError)."""
+    from .length_files import read_length_file
+
+    return [(r.id, r.predicted) for r in read_length_file(path, "predicted")]
 
 
 def plan_from_jsonl(path: str | os.PathLike, params: SchedulerParams = SchedulerParams(),

@@ -18,7 +18,6 @@ The formulas, the defaults and their sources are in docs/simulator.md, "Workload
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..schedule.length_files import LengthFileError, read_length_file
 from ..schedule.predictors import spearman_rho
 
 __all__ = [
@@ -356,8 +356,6 @@ def sample_workload(model: LengthModel = LengthModel(), num_prompts: int = 256, 
 # does not record one): LengthModel's default median. Pass default_prompt_length to change.
 DEFAULT_REPLAY_PROMPT_LENGTH = int(LengthModel().prompt_length_median)
 
-_LENGTH_FIELDS = ("lengths", "length", "predicted_length")
-
 
 def replay_workload(path: str | os.PathLike, n_samples_per_prompt: int | None = None, max_tokens: int | None = None,
                     *, default_prompt_length: int = DEFAULT_REPLAY_PROMPT_LENGTH, single_length_sigma: float = 0.0,
@@ -387,7 +385,8 @@ def replay_workload(path: str | os.PathLike, n_samples_per_prompt: int | None = 
     truncates them). A prompt's true expected length is the mean of its recorded
     lengths after that cut.
 
-    Raises ``WorkloadError`` naming ``file:line`` and the field for a bad record.
+    Raises ``LengthFileError`` (``schedule/length_files.py``, the one reader of length
+    files) naming ``file:line`` and the field for a bad record.
     """
     _check_int("default_prompt_length", default_prompt_length, 1, "a prompt has at least one token")
     _check_real("single_length_sigma", single_length_sigma, "0 copies a single recorded length n times", low=0.0)
@@ -407,7 +406,7 @@ def replay_workload(path: str | os.PathLike, n_samples_per_prompt: int | None = 
         lineno0, _, lengths0, _ = records[0]
         for lineno, _, lengths, _ in records:
             if len(lengths) != len(lengths0):
-                raise WorkloadError(f"{name}:{lineno}: field 'lengths' has {len(lengths)} recorded lengths but line "
+                raise LengthFileError(f"{name}:{lineno}: field 'lengths' has {len(lengths)} recorded lengths but line "
                                     f"{lineno0} has {len(lengths0)}; pass n_samples_per_prompt to reuse them in turn")
         n = len(lengths0)
     else:
@@ -433,73 +432,10 @@ def replay_workload(path: str | os.PathLike, n_samples_per_prompt: int | None = 
 
 
 def _read_records(name: str) -> list[tuple[int, str, list[int], int | None]]:
-    """``(line number, id, recorded lengths, prompt length or None)`` per non-blank line."""
-    records: list[tuple[int, str, list[int], int | None]] = []
-    first_line: dict[str, int] = {}
-    with open(name, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{name}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise WorkloadError(f"{where}: expected a JSON object with 'id' and 'lengths', "
-                                    f"got a {type(row).__name__}")
-            if "id" not in row:
-                raise WorkloadError(f"{where}: field 'id' is missing; every record needs a string id")
-            pid = row["id"]
-            if not isinstance(pid, str):
-                raise WorkloadError(f"{where}: field 'id'={pid!r} must be a string")
-            if pid in first_line:
-                raise WorkloadError(f"{where}: field 'id'={pid!r} repeats line {first_line[pid]}; ids must be unique")
-            first_line[pid] = lineno
-            prompt_length = None
-            if "prompt_length" in row:
-                prompt_length = _token_count(row["prompt_length"], where, "prompt_length",
-                                             "a prompt has at least one token")
-            records.append((lineno, pid, _record_lengths(row, where), prompt_length))
-    if not records:
-        raise WorkloadError(f"{name}: no records (the file is empty or blank); expected one JSON object a line "
-                            "with 'id' and 'lengths'")
-    return records
-
-
-def _record_lengths(row: Mapping[str, Any], where: str) -> list[int]:
-    if "lengths" in row:
-        values = row["lengths"]
-        if not isinstance(values, list) or not values:
-            raise WorkloadError(f"{where}: field 'lengths'={values!r} must be a non-empty list of token counts")
-        return [_token_count(v, where, f"lengths[{j}]", _RESPONSE_FLOOR) for j, v in enumerate(values)]
-    if "length" in row:
-        return [_token_count(row["length"], where, "length", _RESPONSE_FLOOR)]
-    if "predicted_length" in row:
-        value = row["predicted_length"]
-        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < 0:
-            raise WorkloadError(f"{where}: field 'predicted_length'={value!r} must be a finite number >= 0")
-        return [max(1, math.floor(value + 0.5))]
-    raise WorkloadError(f"{where}: no length field; expected one of {', '.join(map(repr, _LENGTH_FIELDS))} "
-                        "('lengths': observed per-sample lengths, as scripts/profile_lengths.py writes them)")
-
-
-_RESPONSE_FLOOR = "a response has at least its end-of-text token"
-
-
-def _token_count(value: Any, where: str, field: str, why_positive: str) -> int:
-    """An observed token count: an integer >= 1 (a float such as 31.0 is accepted as 31)."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise WorkloadError(f"{where}: field '{field}'={value!r} is not a number; expected an integer token count")
-    if not math.isfinite(value):
-        raise WorkloadError(f"{where}: field '{field}'={value} is not finite; expected an integer token count")
-    if value != math.floor(value):
-        raise WorkloadError(f"{where}: field '{field}'={value} is not an integer; token counts are whole numbers")
-    if value < 0:
-        raise WorkloadError(f"{where}: field '{field}'={value} is negative; token counts are >= 1")
-    if value < 1:
-        raise WorkloadError(f"{where}: field '{field}'={value} must be >= 1 ({why_positive})")
-    return int(value)
+    """``(line number, id, recorded lengths, prompt length or None)`` per record; a
+    predicted length is rounded half up to a token count of at least 1."""
+    return [(r.line, r.id, list(r.lengths) or [max(1, math.floor(r.predicted + 0.5))], r.prompt_length)
+            for r in read_length_file(name, "any")]
 
 
 # --------------------------------------------------------------------------- predictions
