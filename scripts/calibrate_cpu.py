@@ -97,9 +97,9 @@ sys.path.insert(0, str(REPO))
 
 HARDWARE_YAML = REPO / "configs" / "hardware" / "cpu_local.yaml"
 ENGINE_YAML = REPO / "configs" / "engine" / "hf.yaml"
-BATCHES = (1, 2, 4, 8, 16, 32, 64)
-LONG_BATCHES = (1, 4, 16, 64)
-DECODE_TOKENS = 65
+PROMPTS_PER_CALL = (1, 2, 3, 4, 5, 6, 8)   # prompts per generate call (x SAMPLES rows): the runs take 3 to 5
+DECODE_SERIES = (1, 17, 65)               # tokens decoded per row (EOS suppressed)
+DECODE_TOKENS = 65                        # --composition-check
 TRAIN_PROMPTS = 320           # the benchmark's task.num_prompts
 STEP_PROMPTS, SAMPLES = 8, 4  # rl.global_batch_size x rl.n_samples_per_prompt of the runs
 RAY_REPS = 20
@@ -184,36 +184,45 @@ class ForcedLength:
         return False
 
 
-def measure_generation(engine, series: dict[str, list[int]], batches: dict[str, tuple[int, ...]], reps: int,
-                       tokens: int) -> list[dict]:
-    """Per (series, b): medians of the N=1 and N=``tokens`` calls, wall and CPU."""
+def minibatch_shapes(prompt_ids: list[list[int]], seed: int = 0) -> list[tuple[str, list[list[int]]]]:
+    """The generate calls to time: batches built as the runs build them (``k`` task
+    prompts drawn at random, each repeated ``SAMPLES`` times, left-padded to the longest
+    by the engine), for ``k`` in ``PROMPTS_PER_CALL``, two draws each, plus one prompt
+    alone (batch 1)."""
+    import random
+
+    rng = random.Random(seed)
+    shapes = [("1 x 1", [prompt_ids[rng.randrange(len(prompt_ids))]])]
+    for k in PROMPTS_PER_CALL:
+        for draw in range(2):
+            chosen = rng.sample(prompt_ids, k)
+            shapes.append((f"{k} x {SAMPLES} #{draw}", [ids for ids in chosen for _ in range(SAMPLES)]))
+    return shapes
+
+
+def measure_generation(engine, shapes: list[tuple[str, list[list[int]]]], reps: int) -> list[dict]:
+    """Per (shape, N): the medians of ``reps`` calls that decode exactly N tokens a row, wall and CPU."""
     from tqdm import tqdm
 
     from mindspeed_rl_asp.engines.base import SamplingParams
 
-    jobs = [(name, b) for name in series for b in batches[name]]
-    bar = tqdm(total=len(jobs) * reps * 2, desc="generate", unit="call", file=sys.stderr)
+    bar = tqdm(total=len(shapes) * len(DECODE_SERIES) * reps, desc="generate", unit="call", file=sys.stderr)
     rows = []
     with ForcedLength():
-        engine.generate([series[next(iter(series))]], SamplingParams(max_tokens=8, seed=0))  # warm-up
-        for name, b in jobs:
-            ids = series[name]
-            runs = {1: [], tokens: []}
-            for r in range(reps):
-                for n in (1, tokens):
-                    w, c, out = timed(engine.generate, [ids] * b, SamplingParams(max_tokens=n, seed=r))
+        engine.generate([shapes[0][1][0]], SamplingParams(max_tokens=8, seed=0))  # warm-up
+        for name, batch in shapes:
+            for n in DECODE_SERIES:
+                runs = []
+                for r in range(reps):
+                    w, c, out = timed(engine.generate, batch, SamplingParams(max_tokens=n, seed=r))
                     if any(length != n for length in out.response_lengths):
                         raise RuntimeError(f"forced length failed: asked {n}, got {set(out.response_lengths)}")
-                    runs[n].append((w, c))
+                    runs.append((w, c))
                     bar.update(1)
-            row = {"series": name, "batch": b, "prompt_tokens": len(ids), "prefill_tokens": b * len(ids),
-                   "decode_tokens": tokens}
-            for clock, k in (("wall", 0), ("cpu", 1)):
-                first, full = median(x[k] for x in runs[1]), median(x[k] for x in runs[tokens])
-                row[f"first_{clock}_s"], row[f"full_{clock}_s"] = first, full
-                row[f"step_{clock}_s"] = (full - first) / (tokens - 1)
-            rows.append(row)
-            bar.set_postfix(series=name, b=b, step_ms=f"{1e3 * row['step_cpu_s']:.2f}")
+                rows.append({"shape": name, "batch": len(batch), "prompt_tokens": [len(ids) for ids in batch],
+                             "padded_prompt": max(len(ids) for ids in batch), "decode_tokens": n,
+                             "wall_s": median(x[0] for x in runs), "cpu_s": median(x[1] for x in runs)})
+                bar.set_postfix(shape=name, n=n, ms=f"{1e3 * rows[-1]['cpu_s']:.0f}")
     bar.close()
     return rows
 
@@ -252,9 +261,10 @@ def measure_training(cfg, model_path: str, steps: int) -> tuple[dict, object, ob
                                         [np.asarray(out.response_logprobs[r], dtype=np.float32) for r in sl], 0)
         prompt_tokens = SAMPLES * sum(len(i) for i in ids)
         response_tokens = sum(out.response_lengths)
+        squares = sum((len(ids[r // SAMPLES]) + length) ** 2 for r, length in enumerate(out.response_lengths))
         wall, cpu, report = timed(worker.train_step, step, [p.id for p in chunk], payload)
         rows.append({"step": step, "prompt_tokens": prompt_tokens, "response_tokens": response_tokens,
-                     "tokens": prompt_tokens + response_tokens, "wall_s": wall, "cpu_s": cpu})
+                     "tokens": prompt_tokens + response_tokens, "squares": squares, "wall_s": wall, "cpu_s": cpu})
         log(f"  train step {step}: {prompt_tokens} prompt + {response_tokens} response tokens, wall {wall:.3f} s, "
             f"cpu {cpu:.3f} s" + (" (warm-up, not counted)" if step == 0 else ""))
     return {"steps": rows}, worker, engine
@@ -364,15 +374,12 @@ def measure(args, cfg, model_path: str) -> dict:
     log(f"  {bw['bytes'] / bw['cpu_s'] / 1e9:.2f} GB/s (cpu), {bw['bytes'] / bw['wall_s'] / 1e9:.2f} (wall)")
 
     engine = HFGenerationEngine(model_path, num_threads=1)
-    lengths = sorted((len(engine.tokenizer(p.prompt, add_special_tokens=False)["input_ids"]), p.id, p.prompt)
-                     for p in make_task_prompts(cfg.task))
-    med, longest = lengths[len(lengths) // 2], lengths[-1]
-    series = {"median prompt": engine.tokenizer(med[2], add_special_tokens=False)["input_ids"],
-              "longest prompt": engine.tokenizer(longest[2], add_special_tokens=False)["input_ids"]}
-    batches = {"median prompt": BATCHES, "longest prompt": LONG_BATCHES}
-    log(f"generation: prompts of {med[0]} (median of {len(lengths)}) and {longest[0]} (longest) tokens, "
-        f"batches {BATCHES} / {LONG_BATCHES}, N = 1 and {DECODE_TOKENS} tokens, {reps} repeats")
-    generation = measure_generation(engine, series, batches, reps, DECODE_TOKENS)
+    prompt_ids = [engine.tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
+                  for p in make_task_prompts(cfg.task)]
+    shapes = minibatch_shapes(prompt_ids)
+    log(f"generation: {len(shapes)} batches of k random task prompts x {SAMPLES} samples (k in {PROMPTS_PER_CALL}, "
+        f"two draws each, and one prompt alone), N in {DECODE_SERIES} tokens, {reps} repeats")
+    generation = measure_generation(engine, shapes, reps)
     del engine
 
     steps = 4 if args.quick else 7
@@ -384,92 +391,115 @@ def measure(args, cfg, model_path: str) -> dict:
     log("weights through Ray: publish (export -> sealed), load (load_weights round trip), no-op call")
     ray_w = measure_weights_ray(cfg, model_path, 10 if args.quick else RAY_REPS, os.nice(0))
     return {"date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M"), "machine": machine,
+            "host_cores": len(os.sched_getaffinity(0)),
             "quick": args.quick, "reps": reps, "load_average": [load_start, os.getloadavg()[0]],
             "seconds": time.perf_counter() - started, "peak": peak, "bandwidth": bw, "generation": generation,
             "training": training, "weights_in_process": in_process, "weights_ray": ray_w}
 
 
 # ---------------------------------------------------------------------- fit
+def call_features(rows: list[dict]):
+    """Per generate call, what the serial price (sim/batching.static_minibatch with
+    ``execution: serial``) is linear in: 1 (the call), prefill tokens ``b x P``, decode
+    steps ``N - 1``, row-steps ``b (N - 1)``, and the cached tokens the steps read,
+    ``sum_j b (P + 1 + j)`` (the cache grows from ``b (P + 1)`` by ``b`` a step)."""
+    import numpy as np
+
+    feats = []
+    for r in rows:
+        b, P, steps = r["batch"], r["padded_prompt"], r["decode_tokens"] - 1
+        kv = b * (steps * (P + 1) + steps * (steps - 1) / 2.0)
+        feats.append([1.0, b * P, steps, b * steps, kv])
+    return np.array(feats, dtype=float)
+
+
+def bounded_least_squares(a, y, lower):
+    """Least squares with every coefficient >= its lower bound: solve for the excess over
+    the bounds, pin the most negative excess to 0, repeat."""
+    import numpy as np
+
+    lower = np.asarray(lower, dtype=float)
+    rest = y - a @ lower
+    free = list(range(a.shape[1]))
+    excess = np.zeros(a.shape[1])
+    while free:
+        sol, *_ = np.linalg.lstsq(a[:, free], rest, rcond=None)
+        if sol.min() >= 0:
+            excess[free] = sol
+            break
+        free.pop(int(np.argmin(sol)))
+    return lower + excess
+
+
 def fit_generation(model, rows: list[dict], clock: str, peak: float, bandwidth: float) -> dict:
-    """Overhead, bandwidth and compute efficiency with which the simulator's price of a
-    static-batch generate call (``sim/batching.static_minibatch``: prefill of ``b x P``
-    tokens, then ``N - 1`` decode steps of ``b`` rows, the cache growing by ``b`` a step)
-    best fits every measured call, ``N = 1`` and ``N = 65`` alike (squared relative error).
+    """The serial price's five coefficients, fitted to every measured call (squared
+    relative error, each at least what the machine's peak allows), then read as profile
+    constants:
 
-    The sim prices prefill and decode matmuls with the same compute efficiency, so fitting
-    whole calls makes the constants right where the runs spend their time: a maze
-    minibatch is a long prompt (56 to 204 tokens) and a short answer (tens of tokens)."""
+    - per cached token per step ``kv bytes / (bandwidth x eff_bw)`` -> ``inference_bandwidth_efficiency``;
+    - per row per step ``2 x matmul params / (peak x eff_c)`` -> ``inference_compute_efficiency``;
+    - per prefill token ``2 x matmul params / (peak x eff_p)`` -> ``prefill_compute_efficiency``;
+    - per step ``overhead + weights / (bandwidth x eff_bw)`` -> ``engine.decode_step_overhead_s``;
+    - per call ``call overhead + weights / (bandwidth x eff_bw)`` (the prefill's weight read) ->
+      ``engine.call_overhead_s``."""
     import numpy as np
 
-    W, kvb, mp = model.dense_weight_bytes, model.kv_bytes_per_token, model.matmul_params
-    calls = [(r, 1, r[f"first_{clock}_s"]) for r in rows] + [(r, r["decode_tokens"], r[f"full_{clock}_s"])
-                                                               for r in rows]
-    y = np.array([t for _, _, t in calls])
-    b = np.array([r["batch"] for r, _, _ in calls], dtype=float)
-    P = np.array([r["prompt_tokens"] for r, _, _ in calls], dtype=float)
-    steps = np.array([n - 1 for _, n, _ in calls], dtype=float)
-    jmax = int(steps.max())
-    j = np.arange(jmax, dtype=float)
-    live = j[None, :] < steps[:, None]                      # which decode steps each call has
-    kv = b[:, None] * (P[:, None] + 1.0 + j[None, :])       # cache at step j (sim/batching.static_minibatch)
-    w = 1.0 / y ** 2
-    best = None
-    for e_bw in np.geomspace(1e-3, 1.0, 241):
-        mem = (W + kv * kvb) / (bandwidth * e_bw)
-        pre_mem = W / (bandwidth * e_bw)
-        for e_c in np.geomspace(1e-4, 1.0, 321):
-            comp = 2.0 * mp * b / (peak * e_c)
-            decode = np.where(live, np.maximum(mem, comp[:, None]), 0.0).sum(axis=1)
-            prefill = np.maximum(2.0 * mp * b * P / (peak * e_c), pre_mem)
-            g = prefill + decode
-            c0 = float(np.sum(w * steps * (y - g)) / np.sum(w * steps ** 2))
-            if c0 <= 0:
-                continue
-            err = float(np.sum(w * (y - g - c0 * steps) ** 2))
-            if best is None or err < best[0]:
-                best = (err, float(e_bw), float(e_c), c0)
-    if best is None:
-        raise RuntimeError("no positive decode overhead fits the measurements")
-    err, e_bw, e_c, c0 = best
-    step = np.array([r[f"step_{clock}_s"] for r in rows])
-    slope, intercept = np.polyfit(np.array([r["batch"] for r in rows], dtype=float), step, 1)
-    return {"overhead_s": c0, "bandwidth_efficiency": e_bw, "compute_efficiency": e_c,
-            "rms_relative_error": math.sqrt(err / len(y)), "calls": len(y), "linear_intercept_s": float(intercept),
-            "linear_slope_s_per_row": float(slope)}
-
-
-def fit_prefill(rows: list[dict], clock: str) -> dict:
-    import numpy as np
-
-    x = np.array([r["prefill_tokens"] for r in rows], dtype=float)
-    y = np.array([r[f"first_{clock}_s"] for r in rows])
-    slope, intercept = np.polyfit(x, y, 1)
-    return {"s_per_token": float(slope), "call_fixed_s": float(intercept)}
+    a = call_features(rows)
+    y = np.array([r[f"{clock}_s"] for r in rows])
+    # No rate beats the machine: a row-step or a prefill token costs at least its matmul
+    # FLOPs at the measured peak, a cached token at least its bytes at the copy bandwidth,
+    # a step and a call at least one read of the weights (without these floors the
+    # cached-token and row-step columns, both growing with b, trade off against each other).
+    flop_floor, weight_read = 2.0 * model.matmul_params / peak, model.dense_weight_bytes / bandwidth
+    lower = [weight_read, flop_floor, weight_read, flop_floor, model.kv_bytes_per_token / bandwidth]
+    x = bounded_least_squares(a / y[:, None], np.ones_like(y), lower)
+    call, per_prefill, per_step, per_row, per_kv = (float(v) for v in x)
+    if min(per_prefill, per_row, per_kv) <= 0:
+        raise RuntimeError(f"the generation fit has a zero rate (prefill {per_prefill}, row {per_row}, cache {per_kv}); "
+                           "measure again on a quieter machine")
+    e_bw = model.kv_bytes_per_token / (per_kv * bandwidth)
+    weights = model.dense_weight_bytes / (bandwidth * e_bw)
+    overhead, call_overhead = per_step - weights, call - weights
+    if min(overhead, call_overhead) <= 0 or e_bw > 1:
+        raise RuntimeError(f"the fit does not read as a serial step (weights {1e3 * weights:.3f} ms per read, step "
+                           f"constant {1e3 * per_step:.3f} ms, call constant {1e3 * call:.3f} ms, bandwidth share "
+                           f"{e_bw:.3f}); measure again on a quieter machine")
+    fitted = a @ x
+    rel = fitted / y - 1.0
+    return {"overhead_s": overhead, "call_overhead_s": call_overhead, "bandwidth_efficiency": e_bw,
+            "compute_efficiency": 2.0 * model.matmul_params / (per_row * peak),
+            "prefill_efficiency": 2.0 * model.matmul_params / (per_prefill * peak),
+            "coefficients": {"call_s": call, "prefill_token_s": per_prefill, "step_s": per_step,
+                             "row_step_s": per_row, "cached_token_step_s": per_kv},
+            "rms_relative_error": float(np.sqrt(np.mean(rel ** 2))), "max_relative_error": float(np.abs(rel).max()),
+            "calls": len(y)}
 
 
 def fit(raw: dict, model, clock: str) -> dict:
+    from mindspeed_rl_asp.sim.costs import training_flops
     from mindspeed_rl_asp.sim.profiles import GB, GIB, TERA
 
     key = f"{clock}_s"
     peak = raw["peak"]["flop"] / raw["peak"][key]
     bandwidth = raw["bandwidth"]["bytes"] / raw["bandwidth"][key]
     decode = fit_generation(model, raw["generation"], clock, peak, bandwidth)
-    prefill = fit_prefill(raw["generation"], clock)
     measured_steps = raw["training"]["steps"][1:]
     train_s_per_token = median(s[key] / s["tokens"] for s in measured_steps)
-    mfu = 8.0 * model.matmul_params / (train_s_per_token * peak)
+    # MFU with the FLOPs the simulator counts: update (3 passes) + the proximal forward, attention included.
+    mfu = median(training_flops(model, s["tokens"], 1, s["squares"]) / (s[key] * peak) for s in measured_steps)
     pick = min if clock == "cpu" else median
     ray_w = {k: pick(raw["weights_ray"][k]) for k in ("ping_s", "publish_s", "load_s")}
     load_bw = model.weight_bytes / ray_w["load_s"]
     ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     hardware = {"peak_bf16_tflops": peak / TERA, "hbm_gib": round(ram_gib, 1), "hbm_bandwidth_gbs": bandwidth / GB,
                 "inference_bandwidth_efficiency": decode["bandwidth_efficiency"],
-                "inference_compute_efficiency": decode["compute_efficiency"], "training_mfu": mfu,
+                "inference_compute_efficiency": decode["compute_efficiency"],
+                "prefill_compute_efficiency": decode["prefill_efficiency"], "training_mfu": mfu,
                 "intra_node_bandwidth_gbs": load_bw / GB, "inter_node_bandwidth_gbs": load_bw / GB,
-                "devices_per_node": 1}
-    engine = {"decode_step_overhead_s": decode["overhead_s"], "weight_sync_fixed_s": ray_w["publish_s"],
-              "mode_switch_s": ray_w["ping_s"]}
-    return {"clock": clock, "peak_flops": peak, "bandwidth": bandwidth, "decode": decode, "prefill": prefill,
+                "devices_per_node": 1, "host_cores": raw["host_cores"]}
+    engine = {"decode_step_overhead_s": decode["overhead_s"], "call_overhead_s": decode["call_overhead_s"],
+              "weight_sync_fixed_s": ray_w["publish_s"], "mode_switch_s": ray_w["ping_s"]}
+    return {"clock": clock, "peak_flops": peak, "bandwidth": bandwidth, "decode": decode,
             "train_s_per_token": train_s_per_token, "ray": ray_w, "hardware": hardware, "engine": engine}
 
 
@@ -479,7 +509,7 @@ def profiles_of(fitted: dict):
 
     hw, eng = fitted["hardware"], fitted["engine"]
     hardware = hardware_profile_from_config({"name": "cpu_local", **hw, "sources": {k: "fit" for k in hw}})
-    engine_numbers = {"batching": "static", "execution": "fitted", "max_num_seqs": 64, "gpu_memory_utilization": 0.5,
+    engine_numbers = {"batching": "static", "execution": "serial", "max_num_seqs": 64, "gpu_memory_utilization": 0.5,
                       **eng}
     engine = engine_profile_from_config({"name": "hf", **engine_numbers, "sources": {k: "fit" for k in engine_numbers}})
     return hardware, engine
@@ -487,33 +517,26 @@ def profiles_of(fitted: dict):
 
 # ---------------------------------------------------------------------- report
 def report(raw: dict, fitted: dict, model, command: str) -> str:
-    from mindspeed_rl_asp.sim.batching import Instance, decode_steps_time, static_minibatch
+    from mindspeed_rl_asp.sim.batching import Instance, static_minibatch
     from mindspeed_rl_asp.sim.costs import training_time
     from mindspeed_rl_asp.sim.profiles import GB
 
     clock = fitted["clock"]
     hardware, engine = profiles_of(fitted)
     inst = Instance(model, hardware, engine, 1, 10 ** 9)
-    dec, pre = fitted["decode"], fitted["prefill"]
+    dec = fitted["decode"]
     rows = []
     for r in raw["generation"]:
-        b, P, N = r["batch"], r["prompt_tokens"], r["decode_tokens"]
-        sim_first = static_minibatch(inst, [P] * b, [1] * b).duration
-        sim_full = static_minibatch(inst, [P] * b, [N] * b).duration
-        sim_step = decode_steps_time(inst, b, N - 1, b * (P + 1), b) / (N - 1)
-        first, full, step = r[f"first_{clock}_s"], r[f"full_{clock}_s"], r[f"step_{clock}_s"]
-        rows.append([r["series"], b, P,
-                     f"{1e3 * r['first_cpu_s']:.1f} / {1e3 * r['first_wall_s']:.1f}", f"{1e3 * sim_first:.1f}",
-                     f"{100 * (sim_first / first - 1):+.0f}%",
-                     f"{1e3 * r['full_cpu_s']:.0f} / {1e3 * r['full_wall_s']:.0f}", f"{1e3 * sim_full:.0f}",
-                     f"{100 * (sim_full / full - 1):+.0f}%",
-                     f"{1e3 * r['step_cpu_s']:.2f} / {1e3 * r['step_wall_s']:.2f}", f"{1e3 * sim_step:.2f}"])
-    gen_table = table(["series", "batch b", "prompt P", "T(N=1) ms, cpu / wall", "sim ms", "error",
-                       f"T(N={DECODE_TOKENS}) ms, cpu / wall", "sim ms", "error",
-                       "decode step ms, cpu / wall", "sim step ms"], rows)
+        sim = static_minibatch(inst, r["prompt_tokens"], [r["decode_tokens"]] * r["batch"]).duration
+        rows.append([r["shape"], r["batch"], r["padded_prompt"], r["decode_tokens"],
+                     f"{1e3 * r['cpu_s']:.1f} / {1e3 * r['wall_s']:.1f}", f"{1e3 * sim:.1f}",
+                     f"{100 * (sim / r[f'{clock}_s'] - 1):+.1f}%"])
+    gen_table = table(["prompts x samples", "rows b", "padded prompt P", "tokens N", "ms, cpu / wall", "sim ms",
+                       "error"], rows)
     key = f"{clock}_s"
     trows = [[s["step"], s["prompt_tokens"], s["response_tokens"], s["tokens"], f"{s['cpu_s']:.3f} / {s['wall_s']:.3f}",
-              f"{1e3 * s[key] / s['tokens']:.3f}", f"{training_time(model, hardware, 1, s['tokens'], 1):.3f}"]
+              f"{1e3 * s[key] / s['tokens']:.3f}",
+              f"{training_time(model, hardware, 1, s['tokens'], 1, s['squares']):.3f}"]
              for s in raw["training"]["steps"]]
     train_table = table(["step", "prompt tokens", "response tokens", "trained tokens", "s, cpu / wall",
                          f"ms per trained token ({clock})", "sim s"], trows)
@@ -527,10 +550,12 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
                                             f"{p['flop'] / p['wall_s'] / 1e9:.1f} wall"],
         ["copy 256 MiB, 1 thread (read + write)", f"{bw['bytes'] / bw['cpu_s'] / 1e9:.2f} GB/s cpu, "
                                                  f"{bw['bytes'] / bw['wall_s'] / 1e9:.2f} wall"],
-        ["prefill per prompt token (slope of T(N=1) over b x P)",
-         f"{1e6 * pre['s_per_token']:.2f} us; call fixed {1e3 * pre['call_fixed_s']:.1f} ms ({clock})"],
-        ["decode step, least squares a + s b", f"a = {1e3 * dec['linear_intercept_s']:.2f} ms, "
-                                               f"s = {1e3 * dec['linear_slope_s_per_row']:.3f} ms per row ({clock})"],
+        ["generate call, fitted price (serial)", f"{1e3 * dec['coefficients']['call_s']:.2f} ms per call + "
+                                                 f"{1e6 * dec['coefficients']['prefill_token_s']:.2f} us per prefill "
+                                                 f"token + {1e3 * dec['coefficients']['step_s']:.3f} ms per step + "
+                                                 f"{1e6 * dec['coefficients']['row_step_s']:.1f} us per row-step + "
+                                                 f"{1e9 * dec['coefficients']['cached_token_step_s']:.1f} ns per "
+                                                 f"cached token read ({clock})"],
         ["training per trained token (steps 1..)", f"{1e3 * fitted['train_s_per_token']:.3f} ms ({clock})"],
         ["export_weights / load_weights in process", f"{1e3 * ip['export_cpu_s']:.2f} / {1e3 * ip['load_cpu_s']:.2f}"
                                                      f" ms cpu, {1e3 * ip['export_wall_s']:.2f} / "
@@ -546,15 +571,24 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
         ["hardware.hbm_gib", f"{hw['hbm_gib']}", "host memory"],
         ["hardware.hbm_bandwidth_gbs", f"{hw['hbm_bandwidth_gbs']:.2f}", f"copy bandwidth ({clock})"],
         ["hardware.inference_bandwidth_efficiency", f"{hw['inference_bandwidth_efficiency']:.4f}",
-         f"generation fit (effective {hw['inference_bandwidth_efficiency'] * fitted['bandwidth'] / GB:.2f} GB/s)"],
+         f"generation fit: cached tokens read (effective "
+         f"{hw['inference_bandwidth_efficiency'] * fitted['bandwidth'] / GB:.2f} GB/s)"],
         ["hardware.inference_compute_efficiency", f"{hw['inference_compute_efficiency']:.4f}",
-         f"generation fit (effective {hw['inference_compute_efficiency'] * fitted['peak_flops'] / 1e9:.2f} GFLOP/s)"],
+         f"generation fit: per row-step (effective "
+         f"{hw['inference_compute_efficiency'] * fitted['peak_flops'] / 1e9:.2f} GFLOP/s)"],
+        ["hardware.prefill_compute_efficiency", f"{hw['prefill_compute_efficiency']:.4f}",
+         f"generation fit: per prefill token (effective "
+         f"{hw['prefill_compute_efficiency'] * fitted['peak_flops'] / 1e9:.2f} GFLOP/s)"],
         ["hardware.training_mfu", f"{hw['training_mfu']:.4f}",
-         f"8 x {model.matmul_params} FLOP per token / {1e3 * fitted['train_s_per_token']:.3f} ms / peak"],
+         "training FLOPs (sim/costs.training_flops: update + proximal forward, attention included) / time / "
+         "peak, median over steps"],
         ["hardware.{intra,inter}_node_bandwidth_gbs", f"{hw['inter_node_bandwidth_gbs']:.3f}",
          f"{model.weight_bytes} weight bytes / Ray load {1e3 * fitted['ray']['load_s']:.2f} ms"],
+        ["hardware.host_cores", f"{hw['host_cores']}", "cores this process may run on (sched_getaffinity)"],
         ["engine.decode_step_overhead_s", f"{eng['decode_step_overhead_s']:.5f}",
-         f"generation fit (RMS relative error {100 * dec['rms_relative_error']:.1f}%)"],
+         f"generation fit: per step, less one weight read (RMS relative error {100 * dec['rms_relative_error']:.1f}%, "
+         f"largest {100 * dec['max_relative_error']:.1f}%)"],
+        ["engine.call_overhead_s", f"{eng['call_overhead_s']:.5f}", "generation fit: per call, less one weight read"],
         ["engine.weight_sync_fixed_s", f"{eng['weight_sync_fixed_s']:.5f}", "Ray publish round trip"],
         ["engine.mode_switch_s", f"{eng['mode_switch_s']:.5f}", "Ray no-op actor call round trip"],
     ])
@@ -563,9 +597,10 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
         f"measuring; {raw['machine']}; tiny policy {model.total_params} parameters ({model.weight_bytes} bytes), "
         f"1 torch thread; fitted on the {clock} clock.",
         "**Machine and engine**", machine_table,
-        f"**Generation** (HFGenerationEngine.generate, EOS suppressed, every row N tokens; medians of {raw['reps']}; "
-        f"sim = sim/batching.static_minibatch with the fitted profile; fit RMS relative error "
-        f"{100 * dec['rms_relative_error']:.1f}% over {dec['calls']} calls, errors against the {clock} clock)",
+        f"**Generation** (HFGenerationEngine.generate of k random task prompts x {SAMPLES} samples, left-padded, EOS "
+        f"suppressed, every row N tokens; medians of {raw['reps']}; sim = sim/batching.static_minibatch with the "
+        f"fitted profile; fit RMS relative error {100 * dec['rms_relative_error']:.1f}% over {dec['calls']} calls, "
+        f"errors against the {clock} clock)",
         gen_table,
         "**Training** (TrainingWorker.train_step; step 0 is a warm-up)", train_table,
         "**Fitted constants**", fitted_table])
@@ -627,17 +662,17 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                   "of its own)" if clock == "cpu" else "wall clock")
     load = f"1-min load average {raw['load_average'][0]:.1f} at the start, {raw['load_average'][1]:.1f} at the end"
     gen = raw["generation"]
-    calls = ", ".join(f"b={g['batch']}/P={g['prompt_tokens']}: {1e3 * g[f'first_{clock}_s']:.1f} / "
-                      f"{1e3 * g[f'full_{clock}_s']:.0f} ms" for g in gen)
-    decode_how = (f"{when}: HFGenerationEngine.generate of one maze prompt repeated b times (the median, "
-                  f"{gen[0]['prompt_tokens']} tokens, and the longest of the 320 task prompts of seed 0), EOS "
-                  f"suppressed (min_new_tokens = max_new_tokens) so every row decodes N tokens, {clock_text}, "
-                  f"median of {raw['reps']}, T(N=1) / T(N={DECODE_TOKENS}): {calls}. The three generation "
-                  f"constants (hardware inference_bandwidth_efficiency and inference_compute_efficiency, "
-                  f"engine.decode_step_overhead_s) are the least-squares fit (relative error, RMS "
-                  f"{100 * dec['rms_relative_error']:.1f}% over the {dec['calls']} calls) of the simulator's price "
-                  f"of those calls (sim/batching.static_minibatch: prefill, then N - 1 decode steps of overhead + "
-                  f"max(memory, compute)); {load}")
+    coef = dec["coefficients"]
+    decode_how = (f"{when}: {len(gen)} HFGenerationEngine.generate calls, each of k random task prompts (seed 0) x "
+                  f"{SAMPLES} samples, left-padded as the runs batch them (k in {PROMPTS_PER_CALL}, two draws each, "
+                  f"and one prompt alone), EOS suppressed (min_new_tokens = max_new_tokens) so every row decodes N "
+                  f"in {DECODE_SERIES} tokens, {clock_text}, median of {raw['reps']}. The serial price of a call "
+                  f"(sim/batching.static_minibatch with execution: serial) is linear in five coefficients, fitted "
+                  f"(non-negative, squared relative error; RMS {100 * dec['rms_relative_error']:.1f}%, largest "
+                  f"{100 * dec['max_relative_error']:.1f}% over the calls): {1e3 * coef['call_s']:.3f} ms per call, "
+                  f"{1e6 * coef['prefill_token_s']:.3f} us per prefill token, {1e3 * coef['step_s']:.3f} ms per "
+                  f"decode step, {1e6 * coef['row_step_s']:.3f} us per row-step, {1e9 * coef['cached_token_step_s']:.3f}"
+                  f" ns per cached token per step; {load}")
     ray_pick = "minimum (least disturbed)" if clock == "cpu" else "median"
     rw, ip = fitted["ray"], raw["weights_in_process"]
     training = raw["training"]["steps"]
@@ -650,17 +685,23 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
         "hbm_gib": f"{when}: host memory (sysconf SC_PHYS_PAGES x SC_PAGE_SIZE)",
         "hbm_bandwidth_gbs": f"{when}: dst.copy_(src) of 256 MiB float32, (read + write bytes) / t, {clock_text}, "
                              f"median of {raw['bandwidth']['reps']}",
-        "inference_bandwidth_efficiency": f"fitted (scripts/calibrate_cpu.py): share of hbm_bandwidth_gbs the "
-                                          f"memory term (weights + KV cache per step) runs at; {decode_how}",
-        "inference_compute_efficiency": f"fitted (scripts/calibrate_cpu.py): share of peak_bf16_tflops the compute "
-                                        f"term (2 x {model.matmul_params} FLOP per token, prefill and decode) runs at; "
-                                        f"{decode_how}",
+        "inference_bandwidth_efficiency": f"fitted (scripts/calibrate_cpu.py): kv bytes per token "
+                                          f"({model.kv_bytes_per_token}) / (the cost per cached token per step x "
+                                          f"hbm_bandwidth_gbs); {decode_how}",
+        "inference_compute_efficiency": f"fitted (scripts/calibrate_cpu.py): 2 x {model.matmul_params} FLOP / (the "
+                                        f"cost per row-step x peak_bf16_tflops); {decode_how}",
+        "prefill_compute_efficiency": f"fitted (scripts/calibrate_cpu.py): 2 x {model.matmul_params} FLOP / (the "
+                                      f"cost per prefill token x peak_bf16_tflops); {decode_how}",
+        "host_cores": f"{when}: the cores this process may run on (os.sched_getaffinity); every process of a local "
+                      f"run (its generation actors, trainer, driver) shares them",
         "training_mfu": f"{when}: runtime/training_unit.TrainingWorker.train_step in process on {len(training) - 1} "
                         f"steps of 8 prompts x 4 samples sampled by the engine from the first task prompts (one more "
                         f"step as a warm-up): reward scoring, GRPO loss with TIS, the no-grad proximal forward and one "
                         f"AdamW update; {clock_text}, median {1e3 * fitted['train_s_per_token']:.3f} ms per trained "
-                        f"token (prompt + response, unpadded, as the simulator counts them); MFU = 8 x "
-                        f"{model.matmul_params} FLOP per token / that time / peak_bf16_tflops; {load}",
+                        f"token (prompt + response, unpadded, as the simulator counts them); MFU = the step's FLOPs "
+                        f"as sim/costs.training_flops counts them (4 passes of 2 x {model.matmul_params} FLOP per "
+                        f"token, attention {model.attention_flops_coefficient} x sum of L^2 included) / its time / "
+                        f"peak_bf16_tflops, median over the steps; {load}",
         "intra_node_bandwidth_gbs": f"{when}: {model.weight_bytes} weight bytes / the Ray load round trip "
                                     f"(GenerationWorker.load_weights(version, ref of a snapshot that "
                                     f"TrainingWorker.export_weights returned), {ray_pick} of "
@@ -673,8 +714,10 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
         "devices_per_node": "configs/layout/local.yaml (devices_per_node 1)",
     }
     sources_eng = {
-        "decode_step_overhead_s": f"fitted (scripts/calibrate_cpu.py): the per-step cost outside the roofline; "
-                                  f"{decode_how}",
+        "decode_step_overhead_s": f"fitted (scripts/calibrate_cpu.py): the cost per decode step less one read of "
+                                  f"the weights at the fitted bandwidth; {decode_how}",
+        "call_overhead_s": f"fitted (scripts/calibrate_cpu.py): the cost per generate call less the prefill's read of "
+                           f"the weights; {decode_how}",
         "weight_sync_fixed_s": f"{when}: the Ray publish round trip, TrainingWorker.export_weights.remote() until the "
                                f"object is sealed (ray.wait fetch_local=False, as runtime/ray_cluster publishes), "
                                f"{ray_pick} of {raw['weights_ray']['reps']} = {1e3 * rw['publish_s']:.2f} ms "
@@ -687,6 +730,8 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                 "hbm_gib": "measured: host memory", "hbm_bandwidth_gbs": "measured: 1-thread copy",
                 "inference_bandwidth_efficiency": "fitted to measured generate calls",
                 "inference_compute_efficiency": "fitted to measured generate calls",
+                "prefill_compute_efficiency": "fitted to measured generate calls",
+                "host_cores": "measured: cores the run's processes share",
                 "training_mfu": "measured: TrainingWorker.train_step",
                 "intra_node_bandwidth_gbs": "measured: Ray weight load",
                 "inter_node_bandwidth_gbs": "measured: Ray weight load",
@@ -702,6 +747,7 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
     HARDWARE_YAML.write_text(text)
     text = ENGINE_YAML.read_text()
     comments = {"decode_step_overhead_s": "fitted to measured generate calls",
+                "call_overhead_s": "fitted to measured generate calls",
                 "weight_sync_fixed_s": "measured: Ray publish round trip",
                 "mode_switch_s": "measured: Ray no-op call (nothing to offload on CPU)"}
     for key, value in eng.items():

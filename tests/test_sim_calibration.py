@@ -28,23 +28,48 @@ calibrate = _script("calibrate_cpu")
 
 
 def test_generation_fit_recovers_the_constants_that_priced_the_calls():
+    """Calls of the calibration's own shapes, priced by the simulator's serial model
+    from known constants: the fit reads the same constants back."""
+    import random
+
     model = model_profile_from_config(load_config([]).model)
     peak, bandwidth = 80e9, 10e9
-    hardware = HardwareProfile("t", peak, 24 * 2**30, bandwidth, 0.2, 0.3, 0.25, 1e9, 1e9, 1)
-    engine = EngineProfile("hf", "static", 0.004, 64, 0.5, 0.01, 0.001)
+    hardware = HardwareProfile("t", peak, 24 * 2**30, bandwidth, 0.2, 0.3, 0.25, 1e9, 1e9, 1,
+                               prefill_compute_efficiency=0.45, host_cores=2)
+    engine = EngineProfile("hf", "static", 0.004, 64, 0.5, 0.01, 0.001, execution="serial", call_overhead=0.002)
     inst = Instance(model, hardware, engine, 1, 10**9)
+    rng = random.Random(1)
+    prompts = [[0] * rng.randint(56, 204) for _ in range(320)]
     rows = []
-    for P, batches in ((56, (1, 2, 4, 8, 16, 32, 64)), (204, (1, 4, 16, 64))):
-        for b in batches:
-            first = static_minibatch(inst, [P] * b, [1] * b).duration
-            full = static_minibatch(inst, [P] * b, [65] * b).duration
-            rows.append({"batch": b, "prompt_tokens": P, "decode_tokens": 65, "first_cpu_s": first,
-                         "full_cpu_s": full, "step_cpu_s": (full - first) / 64})
+    for name, batch in calibrate.minibatch_shapes(prompts):
+        lengths = [len(ids) for ids in batch]
+        for n in calibrate.DECODE_SERIES:
+            t = static_minibatch(inst, lengths, [n] * len(batch)).duration
+            rows.append({"shape": name, "batch": len(batch), "prompt_tokens": lengths, "padded_prompt": max(lengths),
+                         "decode_tokens": n, "cpu_s": t, "wall_s": t})
     fit = calibrate.fit_generation(model, rows, "cpu", peak, bandwidth)
-    assert fit["overhead_s"] == pytest.approx(0.004, rel=0.05)
-    assert fit["bandwidth_efficiency"] == pytest.approx(0.2, rel=0.05)
-    assert fit["compute_efficiency"] == pytest.approx(0.3, rel=0.05)
-    assert fit["rms_relative_error"] < 0.02
+    assert fit["overhead_s"] == pytest.approx(0.004, rel=1e-6)
+    assert fit["call_overhead_s"] == pytest.approx(0.002, rel=1e-6)
+    assert fit["bandwidth_efficiency"] == pytest.approx(0.2, rel=1e-6)
+    assert fit["compute_efficiency"] == pytest.approx(0.3, rel=1e-6)
+    assert fit["prefill_efficiency"] == pytest.approx(0.45, rel=1e-6)
+    assert fit["max_relative_error"] < 1e-9
+
+
+def test_the_fit_never_reads_a_rate_above_the_machine():
+    """Noise that would make a row-step cheaper than its FLOPs at the peak is held at the
+    peak (efficiency 1), never above it."""
+    model = model_profile_from_config(load_config([]).model)
+    peak, bandwidth = 80e9, 10e9
+    rows = []
+    for b, P, n in ((4, 60, 1), (4, 60, 65), (16, 200, 1), (16, 200, 65), (64, 120, 17), (64, 120, 65), (8, 90, 17)):
+        steps = n - 1
+        # Costs that grow with the cache only: no per-row cost at all.
+        t = 0.003 + 40e-6 * b * P + 0.001 * steps + 2e-7 * b * (steps * (P + 1) + steps * (steps - 1) / 2)
+        rows.append({"batch": b, "padded_prompt": P, "decode_tokens": n, "cpu_s": t})
+    fit = calibrate.fit_generation(model, rows, "cpu", peak, bandwidth)
+    assert fit["compute_efficiency"] == pytest.approx(1.0)
+    assert 0 < fit["bandwidth_efficiency"] <= 1 and 0 < fit["prefill_efficiency"] <= 1
 
 
 YAML = """name: x
@@ -76,11 +101,13 @@ def test_shipped_cpu_local_and_hf_profiles_are_calibrated():
     hardware = hardware_profile_from_config(cfg.hardware)
     engine = engine_profile_from_config(cfg.engine)
     for key in ("peak_bf16_tflops", "hbm_bandwidth_gbs", "inference_bandwidth_efficiency",
-                "inference_compute_efficiency", "training_mfu", "intra_node_bandwidth_gbs",
-                "inter_node_bandwidth_gbs"):
+                "inference_compute_efficiency", "prefill_compute_efficiency", "training_mfu",
+                "intra_node_bandwidth_gbs", "inter_node_bandwidth_gbs", "host_cores"):
         assert "placeholder" not in hardware.sources[key].lower()
         assert "calibrate_cpu.py" in hardware.sources[key]
-    for key in ("decode_step_overhead_s", "weight_sync_fixed_s", "mode_switch_s"):
+    for key in ("decode_step_overhead_s", "call_overhead_s", "weight_sync_fixed_s", "mode_switch_s"):
         assert "calibrate_cpu.py" in engine.sources[key]
+    assert engine.execution == "serial" and engine.call_overhead > 0
+    assert hardware.host_cores >= 1 and 0 < hardware.prefill_compute_efficiency <= 1
     text = (ROOT / "configs" / "hardware" / "cpu_local.yaml").read_text()
     assert "placeholder" not in text.lower()

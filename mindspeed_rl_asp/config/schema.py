@@ -132,13 +132,15 @@ class EngineConfig:
     weight_sync_fixed_s: float = 0.0
     mode_switch_s: float = 0.0
     # The first-principles decode step, weight sync and training (docs/simulator.md,
-    # "Decode step"): execution eager | graph | fitted (fitted: decode_step_overhead_s is
-    # a constant fitted to whole measured calls and the keys below are not read);
+    # "Decode step"): execution eager | graph | fitted | serial (fitted: decode_step_overhead_s
+    # is a constant fitted to whole measured calls and the keys below are not read; serial:
+    # a CPU, where a step's overhead, compute and memory add up, plus call_overhead_s);
     # per-operator launch (eager) or gap (graph) and per-running-sequence host time in
     # microseconds; operators per block; seconds per weight tensor of a refresh and the
     # links that send it; hybrid offload of the trainer's state; recompute; the share of
     # the data-parallel gradient reduction hidden behind the backward.
     execution: str = ""
+    call_overhead_s: float = 0.0   # serial (a CPU engine): seconds per generate call besides its steps
     op_launch_us: float = 0.0
     graph_op_gap_us: float = 0.0
     per_sequence_us: float = 0.0
@@ -181,6 +183,10 @@ class HardwareConfig:
     host_link_bandwidth_gbs: Optional[float] = None
     intra_node_latency_us: Optional[float] = None
     inter_node_latency_us: Optional[float] = None
+    # A CPU host: the share of the peak a prefill reaches (null: inference_compute_efficiency)
+    # and the cores every process of a run shares (null: each has devices of its own).
+    prefill_compute_efficiency: Optional[float] = None
+    host_cores: Optional[int] = None
     sources: Dict[str, str] = field(default_factory=dict)
 
 

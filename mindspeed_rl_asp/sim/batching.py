@@ -99,7 +99,9 @@ def decode_steps_time(inst: Instance, batch: int, steps: int, kv_start: float, k
 
 
 def _prefill(inst: Instance, tokens: int) -> float:
-    return prefill_time(inst.model, inst.hardware, inst.devices, tokens) if tokens > 0 else 0.0
+    if tokens <= 0:
+        return 0.0
+    return prefill_time(inst.model, inst.hardware, inst.devices, tokens, inst.engine.execution == "serial")
 
 
 def static_minibatch(inst: Instance, prompt_lengths: Sequence[int], response_lengths: Sequence[int]) -> MinibatchTiming:
@@ -113,7 +115,7 @@ def static_minibatch(inst: Instance, prompt_lengths: Sequence[int], response_len
         prompts = prompt_lengths[start:start + chunk]
         lengths = response_lengths[start:start + chunk]
         b, longest, padded_prompt = len(lengths), max(lengths), max(prompts)
-        pre = _prefill(inst, b * padded_prompt)
+        pre = inst.engine.call_overhead + _prefill(inst, b * padded_prompt)
         # The first token comes out of the prefill; the rest are decode steps of the full batch.
         decode = decode_steps_time(inst, b, longest - 1, b * (padded_prompt + 1), b)
         duration += pre + decode
@@ -134,7 +136,8 @@ def continuous_minibatch(inst: Instance, prompt_lengths: Sequence[int],
     remaining: dict[int, int] = {}        # running row -> tokens still to generate
     reserved = cached = 0                 # KV tokens reserved / held by running rows
     capacity = max(1, min(inst.max_num_seqs, rows))
-    t = prefill_total = tail = 0.0
+    t = prefill_total = inst.engine.call_overhead
+    tail = 0.0
     steps = seq_steps = 0
     while waiting or remaining:
         joined = 0

@@ -19,13 +19,23 @@ What each action costs (docs/simulator.md, "Cost of each action"):
 * ``LoadWeights``: the instance receives the weights over its devices' links
   (inter-node in async layouts, intra-node when colocated) and loads them.
 
+**Shared host cores** (``hardware.host_cores``, a CPU machine such as ``cpu_local``,
+where the layout's logical nodes are processes on one host): a price is then the work's
+CPU seconds on a core of its own, and the work in flight shares the cores by processor
+sharing. With ``n`` pieces of work running on ``c`` cores each advances at
+``min(1, c / n)`` core-seconds per second, so its end moves every time work starts or
+ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
+actor and the trainer runs one thread (``engine.num_threads: 1``), so one piece of work
+is one runnable thread. Without ``host_cores`` every piece of work has devices of its
+own and ends at ``start + price``.
+
 The reports it returns are those of the real actors (``MinibatchReport``, ``LoadReport``,
 ``StepReport``), stamped with virtual times, so ``RunRecorder`` writes the same files.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
@@ -53,6 +63,7 @@ class SimSetup:
     switch_s: float              # colocated: one train <-> generate switch
     recompute: bool = False      # training recomputes activations (one more forward)
     grad_sync_s: float = 0.0     # exposed data-parallel gradient reduction per step
+    host_cores: int = 0          # cores all work shares (processor sharing); 0: each has its own devices
 
     def load_s(self) -> float:
         return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
@@ -70,6 +81,7 @@ class SimCluster:
         self._seq = 0
         self._cancelled: set[int] = set()
         self._seq_of: dict[Action, int] = {}
+        self._sharing: dict[int, list] = {}   # host_cores: seq -> [core-seconds left, action, report]
         self.timings: dict[str, MinibatchTiming] = {}   # minibatch id -> its timing (bubbles)
         self.dispatched_prompts = 0
         self.group_rewards: dict[str, Sequence[float]] = {}   # prompt id -> its finished group's rewards
@@ -81,17 +93,23 @@ class SimCluster:
     def submit(self, action: Action) -> None:
         start = self.clock
         duration, report = self._price(action, start)
-        heapq.heappush(self._heap, (start + duration, self._seq, action, report))
+        if self.setup.host_cores:
+            self._sharing[self._seq] = [duration, action, report]
+        else:
+            heapq.heappush(self._heap, (start + duration, self._seq, action, report))
         self._seq_of[action] = self._seq
         self._seq += 1
 
     def next_event(self) -> Event:
-        while self._heap:
-            end, seq, action, report = heapq.heappop(self._heap)
+        while self._heap or self._sharing:
+            if self._sharing:
+                seq, action, report = self._next_shared()
+            else:
+                end, seq, action, report = heapq.heappop(self._heap)
+                self.clock = end
             self._seq_of.pop(action, None)
             if seq in self._cancelled:
                 continue
-            self.clock = end
             if isinstance(action, Generate) and self.rewards is not None:
                 rewards = self.rewards(action)
                 self.group_rewards.update(rewards)
@@ -99,11 +117,27 @@ class SimCluster:
             return Done(action, report)
         raise RuntimeError("next_event with nothing in flight")
 
+    def _next_shared(self) -> tuple[int, Action, object]:
+        """Processor sharing: advance the clock to the first end at the current rate,
+        charge every running piece of work for the interval, and take the one that ended
+        (its report's end is the clock: when it really ended, not ``start + price``)."""
+        rate = min(1.0, self.setup.host_cores / len(self._sharing))
+        seq = min(self._sharing, key=lambda k: (self._sharing[k][0], k))
+        interval = max(0.0, self._sharing[seq][0]) / rate   # a tie can leave -1e-17 behind
+        self.clock += interval
+        for item in self._sharing.values():
+            item[0] -= interval * rate
+        _, action, report = self._sharing.pop(seq)
+        if report is not None:
+            report = replace(report, end=self.clock)
+        return seq, action, report
+
     def cancel(self, actions: Sequence[Action]) -> None:
         for action in actions:
             seq = self._seq_of.pop(action, None)
             if seq is not None:
                 self._cancelled.add(seq)
+                self._sharing.pop(seq, None)   # cancelled work stops taking a core share
 
     # ------------------------------------------------------------------ prices
     def _rows(self, prompt_ids: Sequence[str]) -> tuple[list[int], list[int]]:

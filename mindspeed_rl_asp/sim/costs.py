@@ -183,6 +183,9 @@ def decode_step_parts(model: ModelProfile, hardware: HardwareProfile, engine: En
     depends on the cache (:func:`decode_memory_time`). By the engine's execution:
 
     - fitted: ``constant = overhead``, ``floor = compute``;
+    - serial (a CPU: one core runs the framework, the matmuls and the cache reads one
+      after another): ``constant = overhead + compute``, ``floor = 0``, so the step is
+      ``overhead + compute + memory``;
     - graph: ``constant = overhead + per_sequence x b / dp + comm + ops x gap``,
       ``floor = compute`` (the device runs the kernels, the collectives and the gaps one
       after another; the host launches one graph);
@@ -196,6 +199,8 @@ def decode_step_parts(model: ModelProfile, hardware: HardwareProfile, engine: En
     (sampling, bookkeeping, detokenising), each data-parallel group doing its share.
     """
     compute = decode_compute_time(model, hardware, par.devices, batch)
+    if engine.execution == "serial":
+        return engine.decode_step_overhead + compute, 0.0
     if not engine.first_principles:
         return engine.decode_step_overhead, compute
     comm = decode_comm_time(model, hardware, par, batch)
@@ -252,17 +257,22 @@ def decode_crossover_batch(model: ModelProfile, hardware: HardwareProfile, devic
     return low
 
 
-def prefill_time(model: ModelProfile, hardware: HardwareProfile, devices: int, prompt_tokens: int) -> float:
+def prefill_time(model: ModelProfile, hardware: HardwareProfile, devices: int, prompt_tokens: int,
+                 serial: bool = False) -> float:
     """Seconds to prefill ``prompt_tokens`` tokens (all prompts of a batch together).
 
-    Compute-bound: ``2 x matmul params x prompt tokens / (devices x peak x eff)``. It is
-    floored by one read of the weights those tokens touch (the same roofline as a decode
-    step), which only matters for a handful of tokens: a prefill is a forward pass and
-    cannot beat streaming the weights once.
+    Compute-bound: ``2 x matmul params x prompt tokens / (devices x peak x eff)``, ``eff``
+    the hardware's prefill efficiency (its inference compute efficiency unless the
+    profile measured prefill apart). It is floored by one read of the weights those
+    tokens touch (the same roofline as a decode step), which only matters for a handful
+    of tokens: a prefill is a forward pass and cannot beat streaming the weights once.
+    ``serial`` (a CPU engine): the read and the matmuls add up instead.
     """
     _require(prompt_tokens >= 1, "prompt_tokens", prompt_tokens, ">= 1")
-    return max(decode_compute_time(model, hardware, devices, prompt_tokens),
-               decode_memory_time(model, hardware, devices, prompt_tokens, 0))
+    compute = 2.0 * model.matmul_params * prompt_tokens / (devices * hardware.peak_flops
+                                                           * hardware.prefill_efficiency)
+    weights = decode_memory_time(model, hardware, devices, prompt_tokens, 0)
+    return compute + weights if serial else max(compute, weights)
 
 
 def kv_capacity_tokens(model: ModelProfile, hardware: HardwareProfile, engine: EngineProfile, devices: int,

@@ -30,7 +30,7 @@ BATCHING_STYLES = ("continuous", "static")
 # and the device's kernels); graph: one captured graph replays them (a small gap per
 # operator on the device); fitted: the per-step cost outside the roofline is one constant
 # fitted to whole measured calls (cpu_local / hf), dispatch and per-sequence work inside it.
-EXECUTION_MODES = ("eager", "graph", "fitted")
+EXECUTION_MODES = ("eager", "graph", "fitted", "serial")
 RECOMPUTE_MODES = ("none", "full")
 
 _MISSING = object()
@@ -292,6 +292,12 @@ class HardwareProfile:
     host_link_bandwidth: float = 0.0       # bytes/s per device to host memory (offload / onload)
     intra_node_latency: float = 0.0        # seconds of a small collective inside a node
     inter_node_latency: float = 0.0        # seconds of a small collective across nodes
+    prefill_compute_efficiency: float = 0.0  # share of peak_flops a prefill reaches (0: inference_compute_efficiency)
+    host_cores: int = 0                    # cores every process of the run shares (0: each has a device of its own)
+
+    @property
+    def prefill_efficiency(self) -> float:
+        return self.prefill_compute_efficiency or self.inference_compute_efficiency
 
 
 # config key -> (profile field, unit factor)
@@ -313,6 +319,10 @@ HARDWARE_OPTIONAL = {
     "host_link_bandwidth_gbs": ("host_link_bandwidth", GB),
     "intra_node_latency_us": ("intra_node_latency", 1e-6),
     "inter_node_latency_us": ("inter_node_latency", 1e-6),
+    # A CPU host (configs/hardware/cpu_local.yaml): prefill and decode matmuls reach
+    # different shares of the core, and the run's processes time-share its cores.
+    "prefill_compute_efficiency": ("prefill_compute_efficiency", 1),
+    "host_cores": ("host_cores", 1),
 }
 
 
@@ -339,7 +349,12 @@ def hardware_profile_from_config(hardware: Any, prefix: str = "hardware") -> Har
         value = _positive_number(problems, hardware, key, prefix, fix_file)
         if value is not None:
             _require_source(problems, sources, key, prefix, fix_file)
-            values[attr] = float(value) * factor
+            if key == "prefill_compute_efficiency" and value > 1:
+                problems.append(f"{prefix}.{key}={value} must be <= 1 (a fraction of the peak): fix {fix_file} "
+                                f"or override {prefix}.{key}=...")
+            if key == "host_cores" and value != int(value):
+                problems.append(f"{prefix}.{key}={value} must be a whole number: fix {fix_file}")
+            values[attr] = int(value) if key == "host_cores" else float(value) * factor
     _raise(problems, f"hardware profile {name!r}", None)
     return HardwareProfile(name=name, sources=sources, **values)
 
@@ -373,8 +388,11 @@ class EngineProfile:
     mode_switch: float            # seconds per train <-> generate switch in hybrid mode besides moving bytes
     sources: Mapping[str, str] = field(default_factory=dict)
     # The first-principles step and sync model (execution eager | graph); "fitted" leaves
-    # every field below at its default and prices a step with decode_step_overhead alone.
+    # every field below at its default and prices a step with decode_step_overhead alone;
+    # "serial" (a CPU: the same core runs the framework and the kernels, so a step's parts
+    # add up instead of overlapping) adds call_overhead per generate call.
     execution: str = "fitted"
+    call_overhead: float = 0.0    # seconds per generate call besides its steps (inputs, padding, outputs); serial
     op_launch: float = 0.0        # eager: host seconds to launch one operator
     graph_op_gap: float = 0.0     # graph: device seconds between two operators of a replayed graph
     per_sequence: float = 0.0     # host seconds per running sequence per step (sampling, scheduling, detokenising)
@@ -430,6 +448,11 @@ def engine_profile_from_config(engine: Any, prefix: str = "engine") -> EnginePro
         values["execution"] = execution
         if execution in ("eager", "graph"):
             values.update(_first_principles_numbers(problems, engine, sources, prefix, fix_file))
+        if execution == "serial":
+            value = _positive_number(problems, engine, "call_overhead_s", prefix, fix_file)
+            if value is not None:
+                _require_source(problems, sources, "call_overhead_s", prefix, fix_file)
+                values["call_overhead"] = float(value)
     _raise(problems, f"engine profile {name!r}", None)
     return EngineProfile(name=name, batching=batching, sources=sources, **values)
 
