@@ -79,6 +79,12 @@ def test_sigkill_between_checkpoints_then_resume(ray_cluster, tmp_path):
     assert_each_epoch_trained_once(summary["consumed_prompt_ids"], prompts, epochs=3)
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(12))   # rows the killed run wrote after its checkpoint were set aside
+    # So were its spans after the checkpoint: each step trained once in the timeline, and each
+    # span marked with its segment (the version it started from).
+    spans = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    assert sorted(int(s["label"].split()[1]) for s in spans if s["kind"] == "train") == list(range(12))
+    assert {s["info"]["segment"] for s in spans} == {0, summary["resumed_from"]["version"]}
+    assert (run_dir / "timeline.discarded.jsonl").is_file()
     saves = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
     assert [s["version"] for s in saves] == list(range(2, 13, 2))   # each once: before the kill, then resumed
     assert all(s["bytes"] > 1_000_000 and s["seconds"] > 0 for s in saves)   # the weights are in them
