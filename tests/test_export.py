@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -49,3 +50,61 @@ def test_a_float32_source_exports_float32(tmp_path):
     trained = load_file(str(TINY / "model.safetensors"))
     out = export_policy(tmp_path / "out", trained, TINY)
     assert {v.dtype for v in load_file(str(out / "model.safetensors")).values()} == {torch.float32}
+
+
+RELOAD = """
+import json, sys
+import torch, transformers
+from mindspeed_rl_asp.engines.hf import load_policy
+model, tokenizer = load_policy(sys.argv[1])
+ids = tokenizer("<|maze_start|><|0-0|>", add_special_tokens=False)["input_ids"]
+with torch.no_grad():
+    logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+print(json.dumps({"version": transformers.__version__, "ids": ids, "logits": logits.tolist(),
+                  "rope_theta": getattr(model.config, "rope_theta", None) or model.config.rope_parameters["rope_theta"]}))
+"""
+
+
+def declared_transformers_floor() -> str:
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    return re.search(r'"transformers>=([0-9.]+)"', text).group(1)
+
+
+def floor_python_path(floor: str):
+    """Where the floor's transformers is: '' when it is the one installed (same major.minor),
+    else ASP_TRANSFORMERS_FLOOR (a `pip install --target` directory of it), else None."""
+    import os
+
+    import transformers
+
+    if transformers.__version__.split(".")[:2] == floor.split(".")[:2]:
+        return ""
+    return os.environ.get("ASP_TRANSFORMERS_FLOOR")
+
+
+def test_the_export_reloads_under_the_declared_transformers_floor(tmp_path):
+    """final_policy/ (bfloat16 source, trained weights) loads through the project's own
+    loader under the transformers version pyproject.toml declares as its floor, in a fresh
+    process, and gives the logits and token ids the installed version gives."""
+    import os
+    import subprocess
+    import sys
+
+    floor = declared_transformers_floor()
+    where = floor_python_path(floor)
+    if where is None:
+        pytest.skip(f"transformers {floor} (the declared floor) is not installed; point ASP_TRANSFORMERS_FLOOR at "
+                    f"`pip install --target DIR transformers=={floor}` to run this")
+    source = bf16_source(tmp_path)
+    trained = {k: v.float() * 1.01 for k, v in load_file(str(source / "model.safetensors")).items()}
+    out = export_policy(tmp_path / "final_policy", trained, source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (where, os.environ.get("PYTHONPATH", "")) if p)}
+    reloaded = json.loads(subprocess.run([sys.executable, "-c", RELOAD, str(out)], env=env, check=True,
+                                         capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    assert reloaded["version"].split(".")[:2] == floor.split(".")[:2]
+    here = json.loads(subprocess.run([sys.executable, "-c", RELOAD, str(out)], check=True, capture_output=True,
+                                     text=True).stdout.strip().splitlines()[-1])
+    assert reloaded["ids"] == here["ids"] and reloaded["rope_theta"] == here["rope_theta"]
+    assert torch.allclose(torch.tensor(reloaded["logits"]), torch.tensor(here["logits"]), atol=1e-4)
