@@ -175,3 +175,23 @@ def test_adam_betas_reach_the_optimizer(random_policy_dir):
     train_cfg = SimpleNamespace(lr=1e-4, weight_decay=0.0, clip_grad=1.0, adam_beta1=0.8, adam_beta2=0.95)
     engine = make_training_engine(engine_cfg, str(random_policy_dir), train_cfg, SimpleNamespace(micro_batch_size=2), 1.0)
     assert engine.optimizer.defaults["betas"] == (0.8, 0.95)
+
+
+def test_the_micro_batch_cut_does_not_change_the_gradient(random_policy_dir, prompts):
+    """backward_micro_batch's rule (the loss times the rows' share of the whole batch):
+    5 rows of different lengths in micro-batches of 2, 2, 1 give the gradient and the
+    metrics of one micro-batch of 5, for a loss that is a mean over its rows."""
+    def row_mean_loss(values, mask, batch, index):
+        loss = -(values * mask).sum(dim=1).mean()
+        return loss, {"loss": float(loss.detach())}
+
+    batch = TrainBatch(prompts[:5], [[10, 11, 12, 1], [10, 1], [13, 14, 15, 16, 17, 1], [11, 1], [12, 12, 1]])
+    grads, metrics = [], []
+    for size in (5, 2):
+        engine = HFTrainingEngine(random_policy_dir, num_threads=1, lr=1e-3, micro_batch_size=size, clip_grad=1e9)
+        metrics.append(engine.train_step(batch, row_mean_loss))
+        grads.append({k: p.grad.clone() for k, p in engine.model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for k in grads[0]:
+        assert torch.allclose(grads[0][k], grads[1][k], rtol=1e-4, atol=1e-7), k
+    assert metrics[1]["loss"] == pytest.approx(metrics[0]["loss"], rel=1e-5)

@@ -258,6 +258,20 @@ class HFGenerationEngine:
         self.weight_version = snapshot.version
 
 
+def backward_micro_batch(loss_fn: LossFn, values, mask, batch: TrainBatch, index: list[int],
+                         totals: dict[str, float]) -> None:
+    """The micro-batch rule of every hf trainer, one rank or many: the loss of rows
+    ``index`` is scaled by their share of the *whole* batch, ``len(index) / len(batch)``,
+    so the accumulated gradient is the whole batch's loss gradient however the rows are
+    cut into micro-batches and ranks (the ranks' gradients are summed, not averaged).
+    The micro-batch's metrics are added into ``totals`` with the same weight."""
+    loss, metrics = loss_fn(values, mask, batch, index)
+    share = len(index) / len(batch)
+    (loss * share).backward()
+    for key, value in metrics.items():
+        totals[key] = totals.get(key, 0.0) + float(value) * share
+
+
 class HFTrainingEngine:
     """AdamW on the policy, with micro-batch gradient accumulation."""
 
@@ -295,10 +309,7 @@ class HFTrainingEngine:
                 self.model, [batch.prompt_ids[i] for i in index], [batch.response_ids[i] for i in index],
                 self.pad_id, self.temperature,
             )
-            loss, metrics = loss_fn(values, mask, batch, index)
-            (loss * len(index) / n).backward()
-            for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + float(value) * len(index) / n
+            backward_micro_batch(loss_fn, values, mask, batch, index, totals)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad)
         self.optimizer.step()
         self.version += 1

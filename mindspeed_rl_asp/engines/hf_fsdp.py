@@ -10,7 +10,8 @@ the whole batch and returns what the single-rank engine returns.
 
 Exactness. Each rank takes a contiguous block of the batch's rows and runs its
 micro-batches of ``micro_batch_size`` samples. The micro-batch loss is scaled by the
-*global* counts exactly as on one rank: ``loss * len(micro) / len(batch)``, where the
+*global* counts exactly as on one rank (``engines/hf.backward_micro_batch``, the rule both
+engines use): ``loss * len(micro) / len(batch)``, where the
 loss function's own normalisation (``algo/grpo.make_loss_fn`` with ``global_norm``:
 tokens or rows of the whole batch) reads the whole batch. The ranks' gradients are then
 *summed* (FSDP's gradient divide factor set to 1, not the default mean over ranks), so
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import EngineError, LossFn, TrainBatch, WeightSnapshot
-from .hf import HFTrainingEngine, token_logprobs
+from .hf import HFTrainingEngine, backward_micro_batch, token_logprobs
 
 
 def shard_rows(n: int, rank: int, world: int) -> range:
@@ -144,10 +145,7 @@ class HFShardedTrainingEngine(HFTrainingEngine):
             index = mine[k] if k < len(mine) else []
             values, mask = self._forward_rows(batch.prompt_ids, batch.response_ids, index, self.temperature)
             if index:
-                loss, metrics = loss_fn(values, mask, batch, index)
-                (loss * len(index) / n).backward()
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value) * len(index) / n
+                backward_micro_batch(loss_fn, values, mask, batch, index, totals)
             else:  # a dummy micro-batch: the collectives without a contribution
                 (values.sum() * 0.0).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad)
