@@ -251,3 +251,21 @@ def test_the_asyncflow_study_runs_and_prints_its_ratio_beside_asyncflows(tmp_pat
                                                   / iteration["decoupled (AsyncFlow / verl style)"])
     assert f"| {headline['ratio']} | {headline['simulated']:.2f} | 3.82 |" in out
     assert "What drives the decoupled / synchronous ratio here" in out
+
+
+@pytest.mark.parametrize("engine, off_policy, kl_coef, mode, passes", [
+    ("vllm", "tis", 0.0, "async", 1),        # the proximal forward of the staleness correction
+    ("vllm", "none", 0.0, "async", 0),       # behaviour log-probs stand in (verl's fully async)
+    ("vllm", "decoupled", 0.1, "async", 2),  # proximal + reference
+    ("mindspeed", "none", 0.0, "async", 1),  # MindSpeed-RL's actor: the old log-probs always
+    ("mindspeed", "none", 0.0, "hybrid", 1),  # hybrid: the reference every step, one minibatch
+])
+def test_extra_forwards_follow_what_the_trainer_runs(engine, off_policy, kl_coef, mode, passes):
+    from types import SimpleNamespace
+
+    from mindspeed_rl_asp.sim.run import extra_forwards
+
+    cfg = SimpleNamespace(engine=SimpleNamespace(name=engine), algo=SimpleNamespace(off_policy=off_policy,
+                                                                                   kl_coef=kl_coef),
+                          rl=SimpleNamespace(mini_batch_size=32, global_batch_size=32))
+    assert extra_forwards(cfg, mode == "hybrid") == passes

@@ -88,10 +88,16 @@ def extra_forwards(cfg, colocated: bool) -> int:
     mindspeed, colocated) runs the reference forward every iteration, kl_coef or not
     (trainer/grpo_trainer_hybrid.py: ``compute_ref_log_prob`` unconditionally), and skips
     the old-policy forward when a step is one on-policy minibatch (its
-    ``skip_actor_log_prob``: global batch x n == mini batch, one epoch). Otherwise: the old
-    (proximal) log-probs always, the reference ones with a KL term."""
+    ``skip_actor_log_prob``: global batch x n == mini batch, one epoch). The project's own
+    trainer (engine hf or vllm) computes the proximal log-probs only when its loss corrects
+    for staleness (``algo.off_policy`` tis or decoupled, runtime/training_unit._train_batch;
+    with ``none`` the behaviour log-probs stand in, as verl's fully async trainer does with
+    its rollout log-probs). Otherwise: the old log-probs always. The reference ones with a
+    KL term."""
     if colocated and cfg.engine.name == "mindspeed":
         return 1 + (cfg.rl.mini_batch_size != cfg.rl.global_batch_size)
+    if cfg.engine.name in ("hf", "vllm"):
+        return int(cfg.algo.off_policy in ("tis", "decoupled")) + (cfg.algo.kl_coef > 0)
     return 1 + (cfg.algo.kl_coef > 0)
 
 
