@@ -72,6 +72,25 @@ def test_step_integrity_is_split_by_epoch_like_correctness():
     assert epoch_means([step], "epoch_integrity") == [(0, pytest.approx(0.5), 2), (1, pytest.approx(1.0), 2)]
 
 
+def test_step_metrics_from_hand_built_samples():
+    """training_unit.step_metrics, the trainer's per-step metrics, on 2 groups of 2:
+    group a has a reward spread (a GRPO signal), group b (epoch 1, one version older) not;
+    ages count groups."""
+    from mindspeed_rl_asp.runtime.training_unit import step_metrics
+
+    rows = [("a", [1], [5, 6], None, 3), ("a", [1], [5], None, 3), ("b@e1", [2], [7, 8, 9], None, 2),
+            ("b@e1", [2], [7], None, 2)]
+    scores = [{"reward": r, "integrity": 1.0, "correctness": c, "components": {"x": r}}
+              for r, c in ((1.0, 1.0), (0.0, 0.0), (0.5, 0.0), (0.5, 0.0))]
+    m = step_metrics(3, rows, scores, [3, 2])
+    assert m["reward_mean"] == pytest.approx(0.5) and m["reward_components"] == {"x": pytest.approx(0.5)}
+    assert m["correctness_rate"] == 0.25 and m["integrity_rate"] == 1.0
+    assert m["samples"] == 4 and m["response_tokens"] == 7 and m["response_length_mean"] == 1.75
+    assert m["informative_groups"] == 1 and m["informative_response_tokens"] == 3
+    assert m["epoch_correctness"] == {"0": [1.0, 2], "1": [0.0, 2]}
+    assert (m["policy_age_hist"], m["policy_age_mean"], m["policy_age_max"]) == ({"0": 1, "1": 1}, 0.5, 1)
+
+
 def test_partial_epochs_are_flagged():
     from mindspeed_rl_asp.metrics.report import is_complete
 

@@ -60,6 +60,39 @@ def epoch_sums(rows, scores, key: str = "correctness") -> dict[str, list[float]]
     return sums
 
 
+def step_metrics(step: int, rows, scores, group_versions) -> dict:
+    """A step's metrics from its samples: rewards, rates and components, lengths, the
+    groups with a GRPO signal, per-epoch sums, policy ages (``control/policy_age.py``).
+    ``rows[i]`` is (prompt id, prompt ids, response ids, log-probs, version)."""
+    from ..control.policy_age import age_histogram, age_metrics
+
+    n = len(rows)
+    by_group: dict[str, list[float]] = {}
+    for row, score in zip(rows, scores):
+        by_group.setdefault(row[0], []).append(score["reward"])
+    informative = {pid for pid, values in by_group.items() if max(values) != min(values)}
+    return {
+        "reward_mean": sum(s["reward"] for s in scores) / n,
+        "integrity_rate": sum(s["integrity"] for s in scores) / n,
+        "correctness_rate": sum(s["correctness"] for s in scores) / n,
+        # Mean of each named reward component (what `reward_mean` is the weighted sum of).
+        "reward_components": {name: sum(s["components"][name] for s in scores) / n
+                              for name in scores[0]["components"]},
+        "response_length_mean": sum(len(r[2]) for r in rows) / n,
+        "samples": n,
+        "response_tokens": sum(len(r[2]) for r in rows),
+        # Samples of groups whose rewards have a spread: the only ones with a GRPO signal
+        # (a flat group's advantages are all 0). Dynamic sampling trains on these only.
+        "informative_groups": len(informative),
+        "informative_response_tokens": sum(len(r[2]) for r in rows if r[0] in informative),
+        # Per epoch: [correct (intact) samples, samples]. Every epoch replays the same
+        # prompts, so these are comparable across epochs where single steps are not.
+        "epoch_correctness": epoch_sums(rows, scores),
+        "epoch_integrity": epoch_sums(rows, scores, "integrity"),
+        **age_metrics(age_histogram(step, group_versions)),
+    }
+
+
 class TrainingWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
@@ -130,18 +163,27 @@ class TrainingWorker:
         self._fail_next_export = True
 
     def train_step(self, step: int, prompt_ids: list[str], *payloads: dict) -> StepReport:
-        """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``."""
-        from ..algo.dapo import score_samples
-        from ..algo.grpo import group_advantages
-        from ..control.policy_age import age_histogram, age_metrics
-        from ..engines.base import TrainBatch
-        from ..tasks import base_prompt_id
-
+        """One GRPO step on the samples of ``prompt_ids``, found in ``payloads``: gather
+        the groups, score them (unless the generation actors did), advantages, one or
+        more optimizer updates, the step's metrics."""
         if step != self.version:
             raise RuntimeError(f"train_step({step}) on a trainer at version {self.version}: steps out of order")
         if step == self._fail_at_step:
             raise RuntimeError(f"injected trainer failure at step {step}")
         start = time.time()
+        groups, scored = self._gather_groups(step, prompt_ids, payloads)
+        rows, scores = self._scored_rows(prompt_ids, groups, scored)
+        batch = self._train_batch(rows, [s["reward"] for s in scores])
+        loss_metrics = self._update(batch)
+        self.version += 1
+        metrics = {**step_metrics(step, rows, scores, [groups[p].version for p in prompt_ids]), **loss_metrics}
+        rollouts = rollout_records(rows, scores, batch.extras["advantages"], self._decode, self.rollouts_per_step) \
+            if self.rollouts_per_step and self.rank == 0 else []
+        return StepReport(step, self.version, start, time.time(), metrics, rollouts)
+
+    def _gather_groups(self, step: int, prompt_ids: list[str], payloads) -> tuple[dict, dict]:
+        """(prompt id -> its ``SampleGroup``, prompt id -> the scores the generation actors
+        gave it or None), through ``train.data_channel`` when one is set."""
         groups = {}
         for payload in payloads:
             groups.update(payload)
@@ -156,7 +198,15 @@ class TrainingWorker:
             self.channel.put_groups([groups[p] for p in prompt_ids])
             groups = {g.prompt_id: g for g in self.channel.get_groups()}
             self.channel.clear()
-        rows, rewards, scores = [], [], []
+        return groups, scored
+
+    def _scored_rows(self, prompt_ids: list[str], groups: dict, scored: dict) -> tuple[list, list]:
+        """One row per sample, ``(prompt id, prompt ids, response ids, log-probs, version)``,
+        and its score (the task's reward, components and rates)."""
+        from ..algo.dapo import score_samples
+        from ..tasks import base_prompt_id
+
+        rows, scores = [], []
         for pid in prompt_ids:
             group = groups[pid]
             # Scored on the rollout side (dynamic sampling, overlong shaping), else here.
@@ -165,12 +215,16 @@ class TrainingWorker:
                 [self._decode(r) for r in group.response_ids], [len(r) for r in group.response_ids], {}, 0)
             for response, logprobs, score in zip(group.response_ids, group.logprobs, group_scores):
                 rows.append((pid, group.prompt_ids, response, logprobs, group.version))
-                rewards.append(score["reward"])
                 scores.append(score)
-        by_group: dict[str, list[float]] = {}
-        for row, reward in zip(rows, rewards):
-            by_group.setdefault(row[0], []).append(reward)
-        informative = {pid for pid, values in by_group.items() if max(values) != min(values)}
+        return rows, scores
+
+    def _train_batch(self, rows: list, rewards: list[float]):
+        """The engine's batch: the rows with their group advantages, behaviour log-probs and
+        versions, plus the proximal log-probs (off-policy correction) and the reference's
+        (KL term) when the loss needs them."""
+        from ..algo.grpo import group_advantages
+        from ..engines.base import TrainBatch
+
         advantages = group_advantages(rewards, [r[0] for r in rows], scale=self.scale_advantages,
                                       eps=self.adv_eps, ddof=self.adv_ddof)
         batch = TrainBatch(
@@ -187,33 +241,7 @@ class TrainingWorker:
                 shard_map(lambda rows: self.reference.logprobs([batch.prompt_ids[i] for i in rows],
                                                                [batch.response_ids[i] for i in rows]), len(batch))
                 if shard_map else self.reference.logprobs(batch.prompt_ids, batch.response_ids))
-        loss_metrics = self._update(batch)
-        self.version += 1
-        n = len(rows)
-        metrics = {
-            "reward_mean": sum(rewards) / n,
-            "integrity_rate": sum(s["integrity"] for s in scores) / n,
-            "correctness_rate": sum(s["correctness"] for s in scores) / n,
-            # Mean of each named reward component (what `reward_mean` is the weighted sum of).
-            "reward_components": {name: sum(s["components"][name] for s in scores) / n
-                                  for name in scores[0]["components"]},
-            "response_length_mean": sum(len(r[2]) for r in rows) / n,
-            "samples": n,
-            "response_tokens": sum(len(r[2]) for r in rows),
-            # Samples of groups whose rewards have a spread: the only ones with a GRPO signal
-            # (a flat group's advantages are all 0). Dynamic sampling trains on these only.
-            "informative_groups": len(informative),
-            "informative_response_tokens": sum(len(r[2]) for r in rows if r[0] in informative),
-            # Per epoch: [correct (intact) samples, samples]. Every epoch replays the same
-            # prompts, so these are comparable across epochs where single steps are not.
-            "epoch_correctness": epoch_sums(rows, scores),
-            "epoch_integrity": epoch_sums(rows, scores, "integrity"),
-            **age_metrics(age_histogram(step, [groups[p].version for p in prompt_ids])),
-            **loss_metrics,
-        }
-        rollouts = rollout_records(rows, scores, advantages, self._decode, self.rollouts_per_step) \
-            if self.rollouts_per_step and self.rank == 0 else []
-        return StepReport(step, self.version, start, time.time(), metrics, rollouts)
+        return batch
 
     def _decode(self, response) -> str:
         from ..policy.evaluate import strip_eos
