@@ -172,7 +172,7 @@ def test_reference_lengths_come_from_a_field_or_planning_says_what_is_missing(tm
     tokenizer = load_tokenizer(model_dir)
     expected = [len(tokenizer(r["worked"], add_special_tokens=False)["input_ids"]) + 1.0 for r in MATH]
     assert [length for _, length in task_items(cfg, task.prompts)] == expected
-    bare = config(model_dir, path, *MATH_KEYS)
+    bare = config(model_dir, path, *MATH_KEYS, "scheduler.predictor=reference")
     with pytest.raises(ConfigError, match=r"scheduler.predictor=reference needs a reference length for every prompt, "
                                           r"and task=dataset gives none for 6 of them \(first: 'q0'\); set "
                                           r"task.reference_key"):
@@ -283,3 +283,30 @@ def test_dry_run_names_the_task_and_its_rewards(tmp_path, model_dir, capsys):
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "task dataset: 6 prompts from" in out and "rewards format + math_verify" in out
     assert "epoch(s) over 6 prompts" in out
+
+
+@pytest.mark.parametrize("more, chosen, why", [
+    (("task.reference_key=worked",), "reference", "every prompt has a reference length"),
+    ((), "ridge", "6 of 6 prompts have no reference length; a ridge predictor is profiled"),
+    (("scheduler=fifo", "scheduler.slack=0"), "reference", "scheduler=fifo reads no lengths"),
+])
+def test_the_default_predictor_fits_the_task_and_the_dry_run_says_which(tmp_path, model_dir, capsys, more, chosen, why):
+    """scheduler.predictor=auto (the default): a plain dataset is planned (ridge, profiled in
+    the loop) instead of refused, and the dry run says what auto became and why."""
+    from mindspeed_rl_asp.cli.train import main
+
+    data = write_jsonl(tmp_path / "m.jsonl", MATH)
+    assert main(["task=dataset", f"task.path={data}", f"model.path={model_dir}", *MATH_KEYS, "rl.global_batch_size=2",
+                 "rl.mini_batch_size=2", "scheduler.base_batch_size=2", *more, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"scheduler.predictor=auto -> {chosen} ({why}" in out
+
+
+def test_auto_takes_the_history_when_a_lengths_file_is_given(tmp_path, model_dir):
+    from mindspeed_rl_asp.schedule.configured import resolve_predictor
+
+    lengths = write_jsonl(tmp_path / "lengths.jsonl", [{"prompt": "x", "lengths": [3]}])
+    cfg = config(model_dir, write_jsonl(tmp_path / "m.jsonl", MATH), *MATH_KEYS, f"scheduler.lengths_file={lengths}")
+    assert resolve_predictor(cfg.scheduler, configured_task(cfg).prompts)[0] == "history"
+    cfg = config(model_dir, write_jsonl(tmp_path / "m.jsonl", MATH), *MATH_KEYS, "scheduler.predictor=lm")
+    assert resolve_predictor(cfg.scheduler, configured_task(cfg).prompts) == ("lm", "as configured")

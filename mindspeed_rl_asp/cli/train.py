@@ -29,7 +29,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
     from ..config.load import make_run_dir
     from ..runtime.placement import plan_placement, trainer_holds_devices, worker_groups_of
 
-    from ..schedule.configured import configured_task
+    from ..schedule.configured import apply_predictor, configured_task
 
     console = make_console()
     resume = None
@@ -53,6 +53,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
 
         tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
     task = configured_task(cfg, tokenizer, training=True)
+    predictor_note = apply_predictor(cfg, task.prompts)   # auto made concrete before config.yaml is written
     num_prompts = len(task.prompts)
     if task.skipped:
         console.print(f"task: skipped {len(task.skipped)} prompt(s) longer than rl.max_prompt_length="
@@ -79,7 +80,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
                       f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
         from ..runtime.length_profile import describe_predictor
 
-        console.print(describe_predictor(cfg, num_prompts))
+        console.print(f"{predictor_note}; {describe_predictor(cfg, num_prompts)}")
         return 0
     from ..runtime.driver import run_training
 

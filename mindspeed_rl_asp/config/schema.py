@@ -22,7 +22,7 @@ CONFIG_GROUPS = ("layout", "hardware", "model", "engine", "scheduler", "mode", "
 ENGINES = ("hf", "vllm", "mindspeed")
 MODES = ("async", "hybrid")
 SCHEDULERS = ("asp", "fifo", "sorted")
-PREDICTORS = ("reference", "history", "ridge", "lm")
+PREDICTORS = ("auto", "reference", "history", "ridge", "lm")
 REFITS = ("none", "history")
 TASKS = ("maze", "dataset")
 
@@ -195,7 +195,9 @@ class SchedulerConfig:
     """Offline planner; sizes count prompts (each carries n_samples_per_prompt samples)."""
 
     name: str = "asp"
-    predictor: str = "reference"
+    # auto: reference lengths where the task has them, else history (with lengths_file),
+    # else ridge profiled in the loop (schedule/configured.resolve_predictor).
+    predictor: str = "auto"
     base_batch_size: int = 4
     slack: int = 1
     group_size: int = 2

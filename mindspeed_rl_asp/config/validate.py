@@ -149,7 +149,7 @@ def predictor_problems(sched) -> list[str]:
     if sched.profile_samples < 1:
         p.append(f"scheduler.profile_samples={sched.profile_samples} must be >= 1")
     if sched.lengths_file:
-        if kind != "history":
+        if kind not in ("history", "auto"):
             p.append(f"scheduler.lengths_file is read by scheduler.predictor=history only, not {kind}")
         elif not Path(sched.lengths_file).is_file():
             p.append(f"scheduler.lengths_file={sched.lengths_file!r}: no such file (a JSONL of "
@@ -159,7 +159,8 @@ def predictor_problems(sched) -> list[str]:
                  "profile or run (scripts/profile_lengths.py's JSONL, or <run_dir>/length_profile.jsonl)")
     if sched.predictor_path:
         if kind not in ("ridge", "lm"):
-            p.append(f"scheduler.predictor_path loads a ridge or lm predictor; scheduler.predictor={kind} fits none")
+            p.append(f"scheduler.predictor_path loads a ridge or lm predictor; scheduler.predictor={kind} fits none "
+                     "(set scheduler.predictor=ridge or lm, the kind saved there)")
         elif not (Path(sched.predictor_path) / "meta.json").is_file():
             p.append(f"scheduler.predictor_path={sched.predictor_path!r}: no saved predictor there (expected a "
                      "directory with meta.json, an earlier run's <run_dir>/length_predictor)")

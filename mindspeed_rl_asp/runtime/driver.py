@@ -246,7 +246,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..config.validate import resolve_model_path
     from ..control.core import is_colocated
     from ..policy.tokenizer import load_tokenizer
-    from ..schedule.configured import configured_task
+    from ..schedule.configured import apply_predictor, configured_task
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
     from .planning import make_control_core
@@ -264,6 +264,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     tokenizer = load_tokenizer(model_path)
     task = task if task is not None else configured_task(cfg, tokenizer, training=True)
     prompts = task.prompts
+    apply_predictor(cfg, prompts)   # scheduler.predictor=auto made concrete (a no-op when the CLI did it)
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     phase = on_phase or (lambda what: None)
     resume, prior, minibatches = start_segment(cfg, run_dir, prompts, resume_point)

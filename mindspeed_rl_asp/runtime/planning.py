@@ -38,8 +38,9 @@ def run_items(cfg, prompts, run_dir=None, log=None) -> list[tuple[str, float]]:
     Without ``run_dir`` (the dry run) the policy is neither sampled nor loaded: ``history``
     still reads its lengths file, ``ridge`` / ``lm`` plan every prompt at the generation
     budget (``generate.sampling_config.max_tokens``)."""
-    from ..schedule.configured import task_items
+    from ..schedule.configured import apply_predictor, task_items
 
+    apply_predictor(cfg, prompts)   # auto made concrete (a no-op when the caller did it)
     sched = cfg.scheduler
     if sched.predictor == "reference":
         return task_items(cfg, prompts)

@@ -38,12 +38,43 @@ def configured_task(cfg, tokenizer=None, training: bool = False):
     return task
 
 
+def resolve_predictor(sched, prompts) -> tuple[str, str]:
+    """``scheduler.predictor`` made concrete for the task's ``prompts``, and why: ``auto``
+    (the default) is ``reference`` when every prompt has a reference length (or the
+    scheduler is fifo, which reads no lengths), else ``history`` when
+    ``scheduler.lengths_file`` is given, else ``ridge``: profiled on
+    ``scheduler.profile_share`` of the prompts with the starting policy and fitted before
+    training. Any other value stays as given."""
+    if sched.predictor != "auto":
+        return sched.predictor, "as configured"
+    if sched.name == "fifo":
+        return "reference", "scheduler=fifo reads no lengths"
+    missing = sum(p.reference_length is None for p in prompts)
+    if not missing:
+        return "reference", "every prompt has a reference length"
+    why = f"{missing} of {len(prompts)} prompts have no reference length"
+    if sched.lengths_file:
+        return "history", f"{why}; scheduler.lengths_file is given"
+    return "ridge", f"{why}; a ridge predictor is profiled and fitted on a share of them"
+
+
+def apply_predictor(cfg, prompts) -> str:
+    """Set ``cfg.scheduler.predictor`` to :func:`resolve_predictor`'s choice (so that the
+    run's config.yaml, its plan and a resume all see it); returns one line saying which and why."""
+    kind, why = resolve_predictor(cfg.scheduler, prompts)
+    note = f"scheduler.predictor={cfg.scheduler.predictor}" + (f" -> {kind} ({why})" if kind != cfg.scheduler.predictor
+                                                               else "")
+    cfg.scheduler.predictor = kind
+    return note
+
+
 def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
     """(prompt id, predicted length) for the task's prompts (``prompts`` if the caller
-    already built them), from the configured predictor."""
+    already built them), from the task's reference lengths (``scheduler.predictor``
+    ``reference``, or ``auto``: here nothing is profiled)."""
     from ..config.validate import ConfigError
 
-    if cfg.scheduler.predictor != "reference":
+    if cfg.scheduler.predictor not in ("reference", "auto"):
         raise ConfigError(
             f"scheduler.predictor={cfg.scheduler.predictor!r} needs lengths observed from a policy: asp-train "
             "profiles and fits it in the loop (runtime/length_profile.py); here give the lengths to asp-schedule "
@@ -58,10 +89,12 @@ def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
         return [(p.id, budget if p.reference_length is None else float(p.reference_length)) for p in prompts]
     if missing:
         raise ConfigError(
-            f"scheduler.predictor=reference needs a reference length for every prompt, and task={cfg.task.name} "
-            f"gives none for {len(missing)} of them (first: {missing[0]!r}); set task.reference_key to the field "
-            "that holds a reference response, plan from observed lengths (asp-schedule input=FILE.jsonl, "
-            "docs/scheduler.md), or use scheduler=fifo, which reads no lengths"
+            f"scheduler.predictor={cfg.scheduler.predictor} needs a reference length for every prompt, and "
+            f"task={cfg.task.name} gives none for {len(missing)} of them (first: {missing[0]!r}); set "
+            "task.reference_key to the field that holds a reference response, plan from observed lengths "
+            "(asp-schedule input=FILE.jsonl, docs/scheduler.md), let asp-train learn them "
+            "(scheduler.predictor=auto|ridge|lm, or history with scheduler.lengths_file), or use scheduler=fifo, "
+            "which reads no lengths"
         )
     return [(p.id, float(p.reference_length)) for p in prompts]
 
