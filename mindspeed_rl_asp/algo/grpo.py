@@ -212,81 +212,118 @@ def grpo_loss(
     if cfg.off_policy == "decoupled" and proximal_logprobs is None and not cfg.proximal_from_current:
         raise ValueError("off_policy='decoupled' needs proximal_logprobs (log-probs of the trainer's weights "
                          "at the start of the step), or proximal_from_current=True")
-    mask = mask.to(dtype=torch.bool, device=logprobs.device)
-    if logprobs.shape != mask.shape:
-        raise ValueError(f"logprobs {tuple(logprobs.shape)} and mask {tuple(mask.shape)} differ in shape")
-    dtype = torch.promote_types(logprobs.dtype, torch.float32)
-    zeros = torch.zeros(mask.shape, dtype=dtype, device=logprobs.device)
-
-    def clean(x, name: str, detach: bool = True):
-        x = torch.as_tensor(x, device=logprobs.device).to(dtype)
-        if x.shape != mask.shape:
-            raise ValueError(f"{name} {tuple(x.shape)} does not match mask {tuple(mask.shape)}")
-        return torch.where(mask, x.detach() if detach else x, zeros)
-
-    logp = clean(logprobs, "logprobs", detach=False)
-    behaviour = clean(behaviour_logprobs, "behaviour_logprobs")
-    adv = torch.as_tensor(advantages, device=logprobs.device).to(dtype).detach()
-    if adv.dim() == 1:
-        adv = adv.unsqueeze(-1).expand(mask.shape)
-    if adv.shape != mask.shape:
-        raise ValueError(f"advantages {tuple(adv.shape)} is neither [B] nor [B, T] for mask {tuple(mask.shape)}")
-    adv = torch.where(mask, adv, zeros)
-
+    t = _Masked(logprobs, mask)
+    logp = t.clean(logprobs, "logprobs", detach=False)
+    behaviour = t.clean(behaviour_logprobs, "behaviour_logprobs")
+    adv = t.advantages(advantages)
     if proximal_logprobs is not None:
-        proximal = clean(proximal_logprobs, "proximal_logprobs")
+        proximal = t.clean(proximal_logprobs, "proximal_logprobs")
     elif cfg.proximal_from_current and cfg.off_policy != "none":
         proximal = logp.detach()
     else:
         proximal = None
+    old, weight, capped = _importance_weights(cfg, t, behaviour, proximal)
 
-    def exp_clamped(x):
-        return torch.exp(x.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
-
-    # old: the policy the clipped ratio is taken against; weight: detached importance weight.
-    weight = torch.ones_like(zeros)
-    capped = torch.zeros(mask.shape, dtype=torch.bool, device=logprobs.device)
-    if cfg.off_policy == "none" or proximal is None:  # "none", or "tis" without proximal
-        old = behaviour
-    else:  # "tis" or "decoupled" with proximal
-        old = proximal
-        weight = exp_clamped(proximal - behaviour)
-        if cfg.tis_cap is not None:
-            capped = weight > cfg.tis_cap
-            weight = weight.clamp(max=cfg.tis_cap)
-    weight = torch.where(mask, weight, torch.ones_like(weight)).detach()
-
-    ratio = exp_clamped(logp - old)
+    ratio = _exp_clamped(logp - old)
     clipped_ratio = ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
     unclipped_loss = -adv * ratio
     clipped_loss = -adv * clipped_ratio
-    is_clipped = (clipped_loss > unclipped_loss) & mask  # the clip is active: no gradient
+    is_clipped = (clipped_loss > unclipped_loss) & t.mask  # the clip is active: no gradient
     pg_tokens = weight * torch.where(is_clipped, clipped_loss, unclipped_loss)
 
     token_loss = pg_tokens
     kl_tokens = None
     if cfg.kl_coef > 0:
-        ref = clean(ref_logprobs, "ref_logprobs")
-        kl_tokens = torch.where(mask, kl_penalty(logp, ref, cfg.kl_estimator), zeros)
+        ref = t.clean(ref_logprobs, "ref_logprobs")
+        kl_tokens = torch.where(t.mask, kl_penalty(logp, ref, cfg.kl_estimator), t.zeros)
         token_loss = pg_tokens + cfg.kl_coef * kl_tokens
 
-    loss = _aggregate(token_loss, mask, cfg.loss_agg)
+    loss = _aggregate(token_loss, t.mask, cfg.loss_agg)
+    terms = {"pg_tokens": pg_tokens, "is_clipped": is_clipped, "ratio": ratio, "weight": weight, "capped": capped,
+             "kl_tokens": kl_tokens}
+    return loss, _loss_metrics(cfg, t, loss, logp, behaviour, terms)
 
+
+class _Masked:
+    """The loss's inputs on the mask's shape, device and (at least float32) dtype, with
+    masked positions replaced by 0 before any arithmetic."""
+
+    def __init__(self, logprobs, mask):
+        import torch
+
+        self.mask = mask.to(dtype=torch.bool, device=logprobs.device)
+        if logprobs.shape != self.mask.shape:
+            raise ValueError(f"logprobs {tuple(logprobs.shape)} and mask {tuple(self.mask.shape)} differ in shape")
+        self.device = logprobs.device
+        self.dtype = torch.promote_types(logprobs.dtype, torch.float32)
+        self.zeros = torch.zeros(self.mask.shape, dtype=self.dtype, device=self.device)
+
+    def clean(self, x, name: str, detach: bool = True):
+        import torch
+
+        x = torch.as_tensor(x, device=self.device).to(self.dtype)
+        if x.shape != self.mask.shape:
+            raise ValueError(f"{name} {tuple(x.shape)} does not match mask {tuple(self.mask.shape)}")
+        return torch.where(self.mask, x.detach() if detach else x, self.zeros)
+
+    def advantages(self, advantages):
+        """[B] (one per sequence, broadcast over its tokens) or [B, T], detached."""
+        import torch
+
+        adv = torch.as_tensor(advantages, device=self.device).to(self.dtype).detach()
+        if adv.dim() == 1:
+            adv = adv.unsqueeze(-1).expand(self.mask.shape)
+        if adv.shape != self.mask.shape:
+            raise ValueError(f"advantages {tuple(adv.shape)} is neither [B] nor [B, T] for mask "
+                             f"{tuple(self.mask.shape)}")
+        return torch.where(self.mask, adv, self.zeros)
+
+
+def _exp_clamped(x):
+    import torch
+
+    return torch.exp(x.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+
+
+def _importance_weights(cfg: GRPOLossConfig, t: _Masked, behaviour, proximal) -> tuple:
+    """``(old, weight, capped)``: the policy the clipped ratio is taken against, the
+    detached importance weight per token (1 where masked) and where the TIS cap cut it."""
+    import torch
+
+    weight = torch.ones_like(t.zeros)
+    capped = torch.zeros(t.mask.shape, dtype=torch.bool, device=t.device)
+    if cfg.off_policy == "none" or proximal is None:  # "none", or "tis" without proximal
+        old = behaviour
+    else:  # "tis" or "decoupled" with proximal
+        old = proximal
+        weight = _exp_clamped(proximal - behaviour)
+        if cfg.tis_cap is not None:
+            capped = weight > cfg.tis_cap
+            weight = weight.clamp(max=cfg.tis_cap)
+    return old, torch.where(t.mask, weight, torch.ones_like(weight)).detach(), capped
+
+
+def _loss_metrics(cfg: GRPOLossConfig, t: _Masked, loss, logp, behaviour, terms: dict) -> dict:
+    """The loss's metrics, without gradient: the loss, the policy-gradient part, the clip
+    and cap fractions, ratio and weight means, k3 KL to the behaviour policy, the KL term."""
+    import torch
+
+    mask = t.mask
     with torch.no_grad():
         log_ratio_b = (logp - behaviour).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
         approx_kl = torch.exp(log_ratio_b) - log_ratio_b - 1.0  # k3 of KL(mu || pi_theta), samples from mu
         metrics = {
             "loss": float(loss.detach()),
-            "pg_loss": float(_aggregate(pg_tokens, mask, cfg.loss_agg)),
-            "clip_fraction": _token_mean(is_clipped.to(dtype), mask),
-            "ratio_mean": _token_mean(ratio, mask),
-            "is_weight_mean": _token_mean(weight, mask),
-            "is_weight_capped_fraction": _token_mean(capped.to(dtype), mask),
+            "pg_loss": float(_aggregate(terms["pg_tokens"], mask, cfg.loss_agg)),
+            "clip_fraction": _token_mean(terms["is_clipped"].to(t.dtype), mask),
+            "ratio_mean": _token_mean(terms["ratio"], mask),
+            "is_weight_mean": _token_mean(terms["weight"], mask),
+            "is_weight_capped_fraction": _token_mean(terms["capped"].to(t.dtype), mask),
             "approx_kl": _token_mean(approx_kl, mask),
         }
-        if kl_tokens is not None:
-            metrics["kl"] = _token_mean(kl_tokens, mask)
-    return loss, metrics
+        if terms["kl_tokens"] is not None:
+            metrics["kl"] = _token_mean(terms["kl_tokens"], mask)
+    return metrics
 
 
 # --------------------------------------------------------------------------- engine adapter
