@@ -530,7 +530,16 @@ def parse_maze(prompt: str) -> Maze:
     """
     if not isinstance(prompt, str):
         raise MazeFormatError(f"prompt must be a str, got {type(prompt).__name__}")
-    row_lines = _maze_row_lines(prompt)
+    rows = _square_rows(_maze_row_lines(prompt))
+    n = len(rows)
+    origin, target = _origin_and_target(rows)
+    walls = tuple(tuple(rows[r][c][0] for c in range(n)) for r in range(n))
+    _check_walls(walls)
+    return Maze(size=n, walls=walls, origin=origin, target=target)
+
+
+def _square_rows(row_lines: list[str]) -> list:
+    """The parsed cells of every row; the rows must form a square of at least 2 x 2."""
     if not row_lines:
         raise MazeFormatError("maze has no rows")
     rows = []
@@ -549,34 +558,36 @@ def parse_maze(prompt: str) -> Maze:
         raise MazeFormatError(
             f"maze is not square: {n_rows} rows of {widths[0]} cells"
         )
-    n = n_rows
-    if n < 2:
-        raise MazeFormatError(f"maze must be at least 2x2, got {n}x{n}")
+    if n_rows < 2:
+        raise MazeFormatError(f"maze must be at least 2x2, got {n_rows}x{n_rows}")
+    return rows
 
-    origin = target = None
-    for r in range(n):
-        for c in range(n):
-            marker = rows[r][c][1]
-            if marker == ORIGIN_MARKER:
-                if origin is not None:
-                    raise MazeFormatError(
-                        f"duplicate origin at row {r}, column {c} "
-                        f"(first origin at row {origin[0]}, column {origin[1]})"
-                    )
-                origin = (r, c)
-            elif marker == TARGET_MARKER:
-                if target is not None:
-                    raise MazeFormatError(
-                        f"duplicate target at row {r}, column {c} "
-                        f"(first target at row {target[0]}, column {target[1]})"
-                    )
-                target = (r, c)
-    if origin is None:
-        raise MazeFormatError("no origin: no cell has the marker <|origin|>")
-    if target is None:
-        raise MazeFormatError("no target: no cell has the marker <|target|>")
 
-    walls = tuple(tuple(rows[r][c][0] for c in range(n)) for r in range(n))
+def _origin_and_target(rows: list) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The one origin and the one target cell."""
+    found: dict[str, tuple[int, int]] = {}
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            marker = cell[1]
+            name = {ORIGIN_MARKER: "origin", TARGET_MARKER: "target"}.get(marker)
+            if name is None:
+                continue
+            if name in found:
+                first = found[name]
+                raise MazeFormatError(
+                    f"duplicate {name} at row {r}, column {c} "
+                    f"(first {name} at row {first[0]}, column {first[1]})"
+                )
+            found[name] = (r, c)
+    for name in ("origin", "target"):
+        if name not in found:
+            raise MazeFormatError(f"no {name}: no cell has the marker <|{name}|>")
+    return found["origin"], found["target"]
+
+
+def _check_walls(walls) -> None:
+    """Every border wall closed, and each wall seen alike from its two cells."""
+    n = len(walls)
     for r in range(n):
         for c in range(n):
             w = walls[r][c]
@@ -599,7 +610,6 @@ def parse_maze(prompt: str) -> Maze:
                             f"{'closed' if closed else 'open'} but {_OPPOSITE[d]} wall "
                             f"of the second is {'closed' if other else 'open'}"
                         )
-    return Maze(size=n, walls=walls, origin=origin, target=target)
 
 
 # --------------------------------------------------------------------------
