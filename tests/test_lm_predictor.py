@@ -109,7 +109,7 @@ def test_predictor_report_scores_and_writes_predictions(tmp_path):
     items = make_dataset(60, 11, MazeTaskSpec())
     rng = np.random.default_rng(0)
     records = [{"id": p.id, "prompt": p.prompt, "size": p.size,
-                "lengths": [float(4 * p.size ** 2 * rng.lognormal(0, 0.1)) for _ in range(2)]} for p in items]
+                "lengths": [round(4 * p.size ** 2 * rng.lognormal(0, 0.1)) for _ in range(2)]} for p in items]  # token counts
     profile = tmp_path / "profile.jsonl"
     profile.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "pred.jsonl"
