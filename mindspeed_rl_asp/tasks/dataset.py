@@ -120,7 +120,20 @@ def load_prompts(task_cfg, tokenizer, max_prompt_length: Optional[int], path: st
     if needs_answer and not task_cfg.answer_key:
         raise TaskError("the rewards of task.verifier_function compare with a reference answer: set "
                         "task.answer_key to the field that holds it")
-    mode = task_cfg.chat_template
+    # A preprocessed dataset's input_ids hold the prompt with the template applied already.
+    use_template = _use_chat_template(task_cfg.chat_template, tokenizer) and not isinstance(rows, list)
+    prompts, seen = [], {}
+    for index, row in enumerate(rows):
+        prompts.append(_row_prompt(task_cfg, row, f"row {index} of {path}", _row_id(task_cfg, row, index, path, seen),
+                                   tokenizer, use_template, needs_answer))
+    lengths = [len(ids) for ids in _ids(tokenizer, [p.prompt for p in prompts])]
+    kept, skipped = fit_prompt_lengths(prompts, lengths, max_prompt_length, task_cfg.filter_overlong_prompts,
+                                       lambda i: f"row {i} of {path} (id {prompts[i].id!r})")
+    return (kept[:limit] if limit > 0 else kept), skipped
+
+
+def _use_chat_template(mode: str, tokenizer) -> bool:
+    """Whether prompts go through the tokenizer's chat template (``task.chat_template``)."""
     if mode not in CHAT_TEMPLATE_MODES:
         raise TaskError(f"task.chat_template={mode!r} is not one of {', '.join(CHAT_TEMPLATE_MODES)}")
     if tokenizer is None:
@@ -129,49 +142,49 @@ def load_prompts(task_cfg, tokenizer, max_prompt_length: Optional[int], path: st
     if mode == "always" and not has_template:
         raise TaskError("task.chat_template=always, but the tokenizer at model.path has no chat template; "
                         "use task.chat_template=auto or never")
-    use_template = has_template and mode != "never"
-    if isinstance(rows, list):   # a preprocessed dataset: its input_ids hold the prompt with the template applied
-        use_template = False
+    return has_template and mode != "never"
 
-    prompts, texts, seen = [], [], {}
-    for index, row in enumerate(rows):
-        where = f"row {index} of {path}"
-        if row[task_cfg.prompt_key] is None:  # the field is in other rows (datasets fills the gap with null)
-            raise TaskError(f"{where}: task.prompt_key={task_cfg.prompt_key!r} is missing or null in this row")
-        messages, question = _messages(row[task_cfg.prompt_key], task_cfg.system_prompt, where)
-        if task_cfg.id_key:
-            if row[task_cfg.id_key] is None:
-                raise TaskError(f"{where}: task.id_key={task_cfg.id_key!r} is empty")
-            prompt_id = str(row[task_cfg.id_key])
-        else:
-            prompt_id = f"row-{index}"
-        if prompt_id in seen:
-            raise TaskError(f"{where}: id {prompt_id!r} (task.id_key={task_cfg.id_key!r}) is also the id of row "
-                            f"{seen[prompt_id]}; ids must be unique")
-        if "@e" in prompt_id:
-            raise TaskError(f"{where}: id {prompt_id!r} contains '@e', which marks epochs; use other ids")
-        seen[prompt_id] = index
-        answer = None
-        if task_cfg.answer_key:
-            value = row[task_cfg.answer_key]
-            if value is None and needs_answer:
-                raise TaskError(f"{where}: task.answer_key={task_cfg.answer_key!r} is empty, and the rewards "
-                                "need a reference answer")
-            answer = None if value is None else str(value)
-        text = _render(messages, tokenizer, use_template, where)
-        reference = row[task_cfg.reference_key] if task_cfg.reference_key else None
-        if task_cfg.reference_key and not isinstance(reference, str):
-            raise TaskError(f"{where}: task.reference_key={task_cfg.reference_key!r} must hold a reference "
-                            f"response (a string), got {type(reference).__name__}")
-        prompts.append(TaskPrompt(
-            id=prompt_id, prompt=text, question=question, answer=answer, metadata=dict(row),
-            group=str(row[task_cfg.group_key]) if task_cfg.group_key else "all",
-            reference_length=(float(len(_ids(tokenizer, reference)) + 1) if reference is not None else None)))
-        texts.append(text)
-    lengths = [len(ids) for ids in _ids(tokenizer, texts)]
-    kept, skipped = fit_prompt_lengths(prompts, lengths, max_prompt_length, task_cfg.filter_overlong_prompts,
-                                       lambda i: f"row {i} of {path} (id {prompts[i].id!r})")
-    return (kept[:limit] if limit > 0 else kept), skipped
+
+def _row_id(task_cfg, row, index: int, path: str, seen: dict) -> str:
+    """The row's prompt id (``task.id_key``, else ``row-<index>``), unique in the file;
+    ``seen`` (id -> row) is updated."""
+    where = f"row {index} of {path}"
+    if task_cfg.id_key:
+        if row[task_cfg.id_key] is None:
+            raise TaskError(f"{where}: task.id_key={task_cfg.id_key!r} is empty")
+        prompt_id = str(row[task_cfg.id_key])
+    else:
+        prompt_id = f"row-{index}"
+    if prompt_id in seen:
+        raise TaskError(f"{where}: id {prompt_id!r} (task.id_key={task_cfg.id_key!r}) is also the id of row "
+                        f"{seen[prompt_id]}; ids must be unique")
+    if "@e" in prompt_id:
+        raise TaskError(f"{where}: id {prompt_id!r} contains '@e', which marks epochs; use other ids")
+    seen[prompt_id] = index
+    return prompt_id
+
+
+def _row_prompt(task_cfg, row, where: str, prompt_id: str, tokenizer, use_template: bool,
+                needs_answer: bool) -> TaskPrompt:
+    """One row as a prompt: its rendered text, question, answer, group and reference length."""
+    if row[task_cfg.prompt_key] is None:  # the field is in other rows (datasets fills the gap with null)
+        raise TaskError(f"{where}: task.prompt_key={task_cfg.prompt_key!r} is missing or null in this row")
+    messages, question = _messages(row[task_cfg.prompt_key], task_cfg.system_prompt, where)
+    answer = None
+    if task_cfg.answer_key:
+        value = row[task_cfg.answer_key]
+        if value is None and needs_answer:
+            raise TaskError(f"{where}: task.answer_key={task_cfg.answer_key!r} is empty, and the rewards "
+                            "need a reference answer")
+        answer = None if value is None else str(value)
+    reference = row[task_cfg.reference_key] if task_cfg.reference_key else None
+    if task_cfg.reference_key and not isinstance(reference, str):
+        raise TaskError(f"{where}: task.reference_key={task_cfg.reference_key!r} must hold a reference "
+                        f"response (a string), got {type(reference).__name__}")
+    return TaskPrompt(
+        id=prompt_id, prompt=_render(messages, tokenizer, use_template, where), question=question, answer=answer,
+        metadata=dict(row), group=str(row[task_cfg.group_key]) if task_cfg.group_key else "all",
+        reference_length=(float(len(_ids(tokenizer, reference)) + 1) if reference is not None else None))
 
 
 def _ids(tokenizer, text):
