@@ -41,9 +41,40 @@ def test_lm_save_load_round_trip(tmp_path, maze, random_policy_dir):
     lm = LMLengthPredictor(model_path=random_policy_dir, epochs=1, batch_size=16, num_threads=1).fit(
         prompts[:24], lengths[:24])
     path = lm.save(tmp_path / "lm")
-    assert {"meta.json", "head.safetensors", "backbone"} <= {p.name for p in path.iterdir()}
+    # Only what was trained (the top 2 of its 2 layers here, the final norm; not the
+    # embeddings), and the backbone it points at: no copy of the model, no tokenizer.
+    assert {p.name for p in path.iterdir()} == {"meta.json", "head.safetensors", "trained.safetensors"}
+    from safetensors.torch import load_file
+
+    saved = load_file(str(path / "trained.safetensors"))
+    assert saved and not any("embed" in k for k in saved)
+    assert json.loads((path / "meta.json").read_text())["backbone_path"] == str(random_policy_dir.resolve())
     loaded = load_predictor(path, "lm", num_threads=1)
     np.testing.assert_array_equal(loaded.predict(prompts), lm.predict(prompts))
+
+
+def test_an_lm_predictor_saves_only_its_trained_layers(tmp_path, maze):
+    """On the shipped 4-layer policy, train_layers=1 trains and saves layer 3 and the final
+    norm; the file is a fraction of the backbone's, and a moved backbone is one clear error."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from mindspeed_rl_asp.schedule.lm_predictor import DEFAULT_MODEL_PATH, LMLengthPredictor
+
+    prompts, lengths = maze
+    base = tmp_path / "base"
+    shutil.copytree(DEFAULT_MODEL_PATH, base)
+    lm = LMLengthPredictor(model_path=base, epochs=1, batch_size=16, num_threads=1, train_layers=1).fit(
+        prompts[:16], lengths[:16])
+    path = lm.save(tmp_path / "lm")
+    saved = load_file(str(path / "trained.safetensors"))
+    assert {k.split(".")[1] for k in saved if k.startswith("layers.")} == {"3"} and "norm.weight" in saved
+    assert (path / "trained.safetensors").stat().st_size < 0.35 * (base / "model.safetensors").stat().st_size
+    np.testing.assert_array_equal(load_predictor(path, "lm", num_threads=1).predict(prompts), lm.predict(prompts))
+    shutil.rmtree(base)
+    with pytest.raises(PredictorFileError, match="the backbone it was trained on, .* is not there"):
+        load_predictor(path, "lm")
 
 
 def test_a_bad_predictor_file_is_one_clear_error(tmp_path, maze, random_policy_dir):

@@ -3,8 +3,11 @@ prompt and predict the log of its response length (the paper's length predictor)
 
 The backbone is the decoder of a causal LM checkpoint (``AutoModel``: the transformer
 without its LM head); a linear head maps the **mean-pooled** last hidden state of the
-prompt tokens to one scalar, the standardised ``log1p(length)``. Backbone and head are
-trained together with AdamW on the mean squared error.
+prompt tokens to one scalar, the standardised ``log1p(length)``. The head, the top
+``train_layers`` decoder layers (2 by default; None: all) and the final norm are trained
+together with AdamW on the mean squared error; the rest of the backbone stays frozen. A
+saved predictor holds only what was trained and names the backbone it was trained on
+(``model_path``), so a run's ``length_predictor/`` is not a copy of the model.
 
 Why regression (MSE on standardised log-length) rather than a pairwise ranking loss:
 
@@ -96,6 +99,7 @@ class LMLengthPredictor:
         num_threads: int = 0,
         seed: int = 0,
         predict_batch_size: int = 64,
+        train_layers: int | None = 2,
     ):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
@@ -115,6 +119,9 @@ class LMLengthPredictor:
             raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be None or an int >= 1")
         if not isinstance(num_threads, int) or num_threads < 0:
             raise ValueError(f"num_threads={num_threads!r} must be an int >= 0")
+        if train_layers is not None and (not isinstance(train_layers, int) or train_layers < 1):
+            raise ValueError(f"train_layers={train_layers!r} must be None (all) or an int >= 1")
+        self.train_layers = train_layers
         self.model_path = Path(model_path) if model_path is not None else DEFAULT_MODEL_PATH
         self.pooling = pooling
         self.epochs = epochs
@@ -133,6 +140,7 @@ class LMLengthPredictor:
         self._backbone = None
         self._head = None
         self._tokenizer = None
+        self._trained: set[str] = set()
         self.loss_history_: list[float] = []
         self.fit_seconds_ = float("nan")
         self.num_parameters_ = 0
@@ -244,14 +252,18 @@ class LMLengthPredictor:
             self._head = torch.nn.Linear(hidden, 1).to(device)
             torch.nn.init.zeros_(self._head.weight)  # start at the mean length; no noise at init
             torch.nn.init.zeros_(self._head.bias)
-            self.num_parameters_ = sum(p.numel() for p in self._backbone.parameters()) + hidden + 1
+            self._trained = trained_names(self._backbone, self.train_layers)
+            for name, param in self._backbone.named_parameters():
+                param.requires_grad_(name in self._trained)
+            trainable = [p for n, p in self._backbone.named_parameters() if n in self._trained]
+            self.num_parameters_ = sum(p.numel() for p in trainable) + hidden + 1
 
             rows = self._encode(unique)
             sizes = np.array([len(r) for r in rows])
             z_t = torch.tensor(z, dtype=torch.float32, device=device)
             w_t = torch.tensor(weight, dtype=torch.float32, device=device)
             optimizer = torch.optim.AdamW(
-                [{"params": list(self._backbone.parameters()), "lr": self.lr},
+                [{"params": trainable, "lr": self.lr},
                  {"params": list(self._head.parameters()), "lr": self.head_lr, "weight_decay": 0.0}],
                 weight_decay=self.weight_decay,
             )
@@ -273,7 +285,7 @@ class LMLengthPredictor:
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(
-                        list(self._backbone.parameters()) + list(self._head.parameters()), self.clip_grad)
+                        trainable + list(self._head.parameters()), self.clip_grad)
                     optimizer.step()
                     schedule.step()
                     running += float(loss.detach()) * float(w.sum())
@@ -307,8 +319,9 @@ class LMLengthPredictor:
     # ------------------------------------------------------------------ save / load
     def save(self, path: str | Path) -> Path:
         """Write the fitted predictor to the directory ``path``, atomically (built beside it,
-        then renamed): ``meta.json`` (settings, target scaling), ``backbone/`` (the
-        fine-tuned transformer and its tokenizer, safetensors) and ``head.safetensors``."""
+        then renamed): ``meta.json`` (settings, target scaling, the backbone it was trained on),
+        ``trained.safetensors`` (the backbone tensors ``fit`` trained, and no others) and
+        ``head.safetensors``. The frozen rest is read from the backbone at load."""
         from .predictor_files import write_predictor_dir
 
         if self._head is None:
@@ -317,35 +330,44 @@ class LMLengthPredictor:
         def tensors(tmp: Path) -> None:
             from safetensors.torch import save_file
 
-            self._backbone.save_pretrained(tmp / "backbone")
-            self._tokenizer.save_pretrained(tmp / "backbone")
+            state = self._backbone.state_dict()
+            save_file({k: state[k].detach().cpu().contiguous() for k in sorted(self._trained)},
+                      str(tmp / "trained.safetensors"))
             save_file({"weight": self._head.weight.detach().float().cpu().contiguous(),
                        "bias": self._head.bias.detach().float().cpu().contiguous()}, str(tmp / "head.safetensors"))
 
         meta = {"kind": "lm", "pooling": self.pooling, "mu": self._mu, "sd": self._sd,
                 "hidden_size": int(self._backbone.config.hidden_size), "max_prompt_tokens": self.max_prompt_tokens,
                 "dtype": self.dtype, "base_model": self.model_path.name, "fit_seconds": self.fit_seconds_,
+                "backbone_path": str(self.model_path.resolve()), "train_layers": self.train_layers,
                 "loss_history": self.loss_history_, "num_parameters": self.num_parameters_}
         return write_predictor_dir(path, meta, tensors)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", num_threads: int = 0,
              predict_batch_size: int = 64) -> "LMLengthPredictor":
-        """The predictor :meth:`save` wrote; a directory that does not fit (missing files,
-        a head whose width is not the backbone's) raises ``PredictorFileError``."""
+        """The predictor :meth:`save` wrote: the backbone it names, with the trained tensors
+        put back (a directory from before, with a whole ``backbone/``, loads too); a directory
+        that does not fit (missing files, a backbone that is gone, a head whose width is not
+        the backbone's) raises ``PredictorFileError``."""
         import torch
 
         from .predictor_files import PredictorFileError, read_predictor_meta
 
         path = Path(path)
         meta = read_predictor_meta(path, "lm")
-        for need in ("backbone/config.json", "head.safetensors"):
+        whole = (path / "backbone" / "config.json").is_file()
+        backbone = path / "backbone" if whole else Path(str(meta.get("backbone_path", "")))
+        for need in ("head.safetensors",) + (() if whole else ("trained.safetensors",)):
             if not (path / need).is_file():
                 raise PredictorFileError(f"{path}: saved lm predictor without {need}")
+        if not (backbone / "config.json").is_file():
+            raise PredictorFileError(f"{path}: the backbone it was trained on, {str(backbone)!r}, is not there "
+                                     "(meta.json backbone_path); restore it, or fit the predictor again")
         try:
-            out = cls(model_path=path / "backbone", pooling=meta["pooling"], max_prompt_tokens=meta["max_prompt_tokens"],
+            out = cls(model_path=backbone, pooling=meta["pooling"], max_prompt_tokens=meta["max_prompt_tokens"],
                       device=device, dtype=meta["dtype"], num_threads=num_threads,
-                      predict_batch_size=predict_batch_size)
+                      predict_batch_size=predict_batch_size, train_layers=meta.get("train_layers"))
             mu, sd, hidden = float(meta["mu"]), float(meta["sd"]), int(meta["hidden_size"])
         except (KeyError, TypeError, ValueError) as error:
             raise PredictorFileError(f"{path / 'meta.json'}: not an lm predictor ({error!r})") from None
@@ -358,6 +380,9 @@ class LMLengthPredictor:
             raise PredictorFileError(f"{path / 'head.safetensors'}: unreadable ({error})") from None
         with out._threads():
             out._backbone, out._tokenizer = out._load()
+        if not whole:
+            put_back_trained(out._backbone, path / "trained.safetensors")
+        out._trained = trained_names(out._backbone, out.train_layers)
         width = int(out._backbone.config.hidden_size)
         if width != hidden or set(head) != {"weight", "bias"} or tuple(head["weight"].shape) != (1, width) \
                 or tuple(head["bias"].shape) != (1,):
@@ -376,3 +401,36 @@ class LMLengthPredictor:
         out.loss_history_ = list(meta.get("loss_history", []))
         out.num_parameters_ = int(meta.get("num_parameters", 0))
         return out
+
+
+def trained_names(backbone, train_layers: int | None) -> set[str]:
+    """The backbone parameters ``fit`` trains: those of the top ``train_layers`` decoder
+    layers (``...layers.<i>.``) and every parameter outside the layers but the embeddings
+    (the final norm); all of them when ``train_layers`` is None or covers every layer, or
+    when the backbone names no ``layers.<i>`` (another architecture's naming)."""
+    import re
+
+    names = [n for n, _ in backbone.named_parameters()]
+    index = {n: int(m.group(1)) for n in names if (m := re.search(r"(?:^|\.)layers\.(\d+)\.", n))}
+    if train_layers is None or not index:
+        return set(names)
+    first = max(index.values()) + 1 - train_layers
+    return {n for n in names if (index[n] >= first if n in index else "embed" not in n)}
+
+
+def put_back_trained(backbone, file: Path) -> None:
+    """Load the tensors a saved predictor trained into the fresh ``backbone``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from .predictor_files import PredictorFileError
+
+    try:
+        trained = load_file(str(file))
+    except (SafetensorError, OSError) as error:
+        raise PredictorFileError(f"{file}: unreadable ({error})") from None
+    unknown = sorted(set(trained) - set(backbone.state_dict()))
+    if unknown:
+        raise PredictorFileError(f"{file}: tensors the backbone does not have (first: {unknown[0]!r}); it was "
+                                 "trained on another model")
+    backbone.load_state_dict(trained, strict=False)
