@@ -389,7 +389,11 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
     assert [r["epoch"] for r in records] == [1, 2]
     for r in records:
         assert r["accepted"], r
-        assert r["prompts"] == 12 and r["observed_prompts"] >= 6 and r["observed_samples"] >= 12
+        # How many prompts were observed when the re-plan fired depends on which minibatches
+        # finished first: only what holds in any order is asserted (at least the event that
+        # fired it, each observed prompt with its n_samples_per_prompt=2 samples).
+        assert r["prompts"] == 12 and 1 <= r["observed_prompts"] <= 12
+        assert r["observed_samples"] >= 2 * r["observed_prompts"]
         assert 0.0 <= r["predicted_bubble_new_plan"] <= 1.0 and (run_dir / f"plan_e{r['epoch']}.json").is_file()
         assert r["spearman_previous_epoch"] is None or -1.0 <= r["spearman_previous_epoch"] <= 1.0
     report = json.loads((run_dir / "predictor_by_epoch.json").read_text())
@@ -397,7 +401,9 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
     epochs = {r["epoch"]: r for r in report["epochs"]}
     assert sorted(epochs) == [0, 1, 2] and [epochs[e]["replanned"] for e in range(3)] == [False, True, True]
     for r in epochs.values():
-        assert r["complete"] and r["prompts"] == 12 and r["minibatches"] >= 6
+        # minibatches hold at most base_batch_size + slack = 3 prompts (the plan's lengths, and
+        # so its cut, depend on the lengths observed, i.e. on timing)
+        assert r["complete"] and r["prompts"] == 12 and r["minibatches"] >= 4
         assert 0.0 <= r["padding_bubble"] < 1.0 and 0.0 <= r["slot_bubble"] < 1.0 and r["generated_tokens"] > 0
         assert r["spearman_rho"] is None or -1.0 <= r["spearman_rho"] <= 1.0
     text = "\n".join(predictor_lines(run_dir))
