@@ -84,13 +84,14 @@ def launch_environment(cfg, job_env: dict) -> tuple[dict, dict, list[str]]:
     return nodes, {k: v for k, v in job_env.items() if k not in os.environ}, notes
 
 
-def main(argv=None) -> int:
+def _flags(argv: list) -> tuple:
+    """asp-launch's own flags, taken out of ``argv`` (what is left are overrides):
+    (node or None (-1 when not a number), --driver, --wait, --wait-timeout, --mindspeed-config,
+    --new-token, --token-path, --dashboard-host)."""
     import os
 
-    from ..runtime.launch import DASHBOARD_HOST, TOKEN_PATH, new_token
-    from .common import UserError, expected_errors, run_command
+    from ..runtime.launch import DASHBOARD_HOST, TOKEN_PATH
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     node = _take(argv, "--node", with_value=True)
     if node is not None:
         node = int(node) if isinstance(node, str) and node.isdigit() else -1
@@ -101,6 +102,17 @@ def main(argv=None) -> int:
     make_token = bool(_take(argv, "--new-token", with_value=False))
     token_path = os.path.expanduser(str(_take(argv, "--token-path", with_value=True) or TOKEN_PATH))
     dashboard_host = str(_take(argv, "--dashboard-host", with_value=True) or DASHBOARD_HOST)
+    return node, run_driver, wait_only, timeout, job, make_token, token_path, dashboard_host
+
+
+def main(argv=None) -> int:
+    import os
+
+    from ..runtime.launch import new_token
+    from .common import UserError, expected_errors, run_command
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    node, run_driver, wait_only, timeout, job, make_token, token_path, dashboard_host = _flags(argv)
     if make_token:
         made = new_token(token_path)
         print(f"asp-launch: {'wrote a new token to' if made else 'kept the token already at'} {token_path} (mode "
