@@ -45,7 +45,7 @@ def test_a_killed_trainer_is_one_line_with_the_resume_command(ray_cluster, tmp_p
         run_training(cfg, run_dir, on_step=kill_trainer_after_version_3)
     message = str(raised.value)
     assert killed and len(message.splitlines()) == 1, message
-    assert message.startswith("training step 3 failed: ") and "trainer" in message
+    assert message.startswith("training step 3 failed: ") and f"(actor TrainingWorker, pid {killed[0]})" in message
     assert message.endswith(f"; resume with `asp-train resume={run_dir}` (from step_000002)")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["failed"] and summary["steps"] == 3

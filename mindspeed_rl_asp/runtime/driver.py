@@ -456,9 +456,21 @@ def with_resume_hint(error: BaseException, run_dir: Path, latest) -> BaseExcepti
 
     if not isinstance(error, (TrainerFailed, ActorsExhausted, TooManyRejected)):
         return error
+    line = first_line(error) + actor_named(str(error))
     hint = (f"; resume with `asp-train resume={run_dir}` (from {Path(latest).name})" if latest
             else "; no checkpoint to resume from (save_every=K writes them)")
-    return type(error)(first_line(error) + hint)
+    return type(error)(line + hint)
+
+
+def actor_named(detail: str) -> str:
+    """`` (actor CLASS, pid N)`` from Ray's text of a dead actor (its ``class_name`` and
+    ``pid`` lines), so that the one line says which process died; '' when Ray's text has none."""
+    import re
+
+    name, pid = re.search(r"class_name: (\w+)", detail), re.search(r"\bpid[:=] ?(\d+)", detail)
+    if name is None:
+        return ""
+    return f" (actor {name.group(1)}" + (f", pid {pid.group(1)})" if pid else ")")
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
