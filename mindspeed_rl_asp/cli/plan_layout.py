@@ -153,15 +153,20 @@ def plan(options: Options, overrides: list[str]) -> int:
     trust = planner.validation_trust(cfg)
     print(report(result, cfg, options.rows, trust))
     if options.json_path:
-        path = Path(options.json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        document = {"model": cfg.model.name, "hardware": cfg.hardware.name, "nodes": layout.nodes,
-                    "devices_per_node": layout.devices_per_node, "global_batch_size": rl.global_batch_size,
-                    "n_samples_per_prompt": rl.n_samples_per_prompt, **result.to_dict(), "trust": trust}
-        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {path}", file=sys.stderr)
+        write_json(Path(options.json_path), cfg, result, trust)
     print(planner.command_line(result.best_overrides()))
     return 0
+
+
+def write_json(path: Path, cfg, result, trust) -> None:
+    """The planner's answer as JSON (``--json``): the problem, every row, the trust lines."""
+    layout, rl = cfg.layout, cfg.rl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"model": cfg.model.name, "hardware": cfg.hardware.name, "nodes": layout.nodes,
+                "devices_per_node": layout.devices_per_node, "global_batch_size": rl.global_batch_size,
+                "n_samples_per_prompt": rl.n_samples_per_prompt, **result.to_dict(), "trust": trust}
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def report(result, cfg, rows: int, trust=()) -> str:
