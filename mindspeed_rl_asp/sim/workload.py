@@ -402,33 +402,41 @@ def replay_workload(path: str | os.PathLike, n_samples_per_prompt: int | None = 
 
     name = os.fspath(path)
     records = _read_records(name)
-    if n_samples_per_prompt is None:
-        lineno0, _, lengths0, _ = records[0]
-        for lineno, _, lengths, _ in records:
-            if len(lengths) != len(lengths0):
-                raise LengthFileError(f"{name}:{lineno}: field 'lengths' has {len(lengths)} recorded lengths but line "
-                                    f"{lineno0} has {len(lengths0)}; pass n_samples_per_prompt to reuse them in turn")
-        n = len(lengths0)
-    else:
-        n = n_samples_per_prompt
+    n = n_samples_per_prompt if n_samples_per_prompt is not None else _recorded_per_prompt(name, records)
     budget = max_tokens if max_tokens is not None else max(max(r[2]) for r in records)
-
     noise = None
     if single_length_sigma > 0:
         noise = np.exp(single_length_sigma * _rng(seed, _STREAM_REPLAY).standard_normal((len(records), n)))
-    prompts = []
-    for k, (_, pid, recorded, prompt_length) in enumerate(records):
-        cut = [min(v, budget) for v in recorded]
-        if noise is not None and len(cut) == 1:
-            samples = tuple(int(v) for v in np.clip(np.rint(cut[0] * noise[k]), 1, budget).tolist())
-        else:
-            samples = tuple(cut[j % len(cut)] for j in range(n))
-        prompts.append(PromptWorkload(pid, prompt_length if prompt_length is not None else default_prompt_length,
-                                      samples, math.fsum(cut) / len(cut)))
+    prompts = [_replayed_prompt(record, n, budget, None if noise is None else noise[k], default_prompt_length)
+               for k, record in enumerate(records)]
     ks = sorted({len(r[2]) for r in records})
     return Workload(tuple(prompts), n, budget,
                     source=f"replayed from {os.path.basename(name)} ({'/'.join(map(str, ks))} recorded length(s) "
                            f"per prompt, n={n}, max_tokens={budget})")
+
+
+def _recorded_per_prompt(name: str, records) -> int:
+    """The recorded lengths per prompt, the same on every line (else n_samples_per_prompt
+    must say how many samples to form)."""
+    lineno0, _, lengths0, _ = records[0]
+    for lineno, _, lengths, _ in records:
+        if len(lengths) != len(lengths0):
+            raise LengthFileError(f"{name}:{lineno}: field 'lengths' has {len(lengths)} recorded lengths but line "
+                                  f"{lineno0} has {len(lengths0)}; pass n_samples_per_prompt to reuse them in turn")
+    return len(lengths0)
+
+
+def _replayed_prompt(record, n: int, budget: int, noise, default_prompt_length: int) -> PromptWorkload:
+    """One record's prompt: its n samples from its recorded lengths cut at ``budget`` (in
+    turn; a single one times ``noise`` when given), its expected length their mean."""
+    _, pid, recorded, prompt_length = record
+    cut = [min(v, budget) for v in recorded]
+    if noise is not None and len(cut) == 1:
+        samples = tuple(int(v) for v in np.clip(np.rint(cut[0] * noise), 1, budget).tolist())
+    else:
+        samples = tuple(cut[j % len(cut)] for j in range(n))
+    return PromptWorkload(pid, prompt_length if prompt_length is not None else default_prompt_length,
+                          samples, math.fsum(cut) / len(cut))
 
 
 def _read_records(name: str) -> list[tuple[int, str, list[int], int | None]]:
