@@ -119,3 +119,33 @@ def test_sigterm_stops_like_ctrl_c_with_a_checkpoint(ray_cluster, tmp_path):
 
     # It resumes from there (a few more steps, then Ctrl-C in-process is the other test's job).
     assert main([f"resume={run_dir}", "--dry-run"]) == 0
+
+
+def test_a_step_finishing_inside_sigterm_is_recorded_and_the_resume_sees_whole_epochs(ray_cluster, tmp_path):
+    """SIGTERM lands in the driver while it writes step 1's row (held until the loop waits);
+    whatever was training then finishes and is recorded; the resumed run reports every
+    epoch whole (8 prompts, 4 steps of 4: two epochs)."""
+    from mindspeed_rl_asp.cli.train import main
+    from mindspeed_rl_asp.config.load import load_config, make_run_dir
+    from mindspeed_rl_asp.runtime.driver import run_training
+
+    cfg = load_config([*SMALL, "task.num_prompts=8", "steps=4", "save_every=3", f"run_dir={tmp_path / 'run'}"])
+    run_dir = make_run_dir(cfg, "train")
+
+    def sigterm_at_step_1(metrics):
+        if metrics["step"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    first = run_training(cfg, run_dir, on_step=sigterm_at_step_1)
+    assert first["interrupted"] and first["signal"] == "SIGTERM" and 2 <= first["steps"] < 4
+    rows = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows == list(range(first["steps"])) and latest_version(run_dir) == first["steps"]
+
+    assert main([f"resume={run_dir}"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 4
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    by_epoch = summary["on_policy_correctness_by_epoch"]
+    assert [e["epoch"] for e in by_epoch] == [0, 1] and all(e["complete"] for e in by_epoch), by_epoch
+    assert_each_epoch_trained_once(summary["consumed_prompt_ids"],
+                                   sorted({base_prompt_id(p) for p in summary["consumed_prompt_ids"]}), epochs=2)
