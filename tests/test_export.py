@@ -31,9 +31,10 @@ def test_export_keeps_the_source_dtype_and_files(tmp_path):
     source = bf16_source(tmp_path)
     trained = {k: v.float() + 1e-3 for k, v in AutoModelForCausalLM.from_pretrained(str(TINY)).state_dict().items()}
     out = export_policy(tmp_path / "final_policy", trained, source)
-    for name in CARRIED_FILES:   # byte for byte: readable by whatever reads the source
-        if (source / name).is_file():
-            assert (out / name).read_bytes() == (source / name).read_bytes(), name
+    carried = [name for name in CARRIED_FILES if (source / name).is_file()]
+    assert "config.json" in carried and len(carried) >= 2, carried   # the source has files to carry
+    for name in carried:   # byte for byte: readable by whatever reads the source
+        assert (out / name).read_bytes() == (source / name).read_bytes(), name
     weights = load_file(str(out / "model.safetensors"))
     assert {v.dtype for v in weights.values()} == {torch.bfloat16}
     assert "lm_head.weight" not in weights   # tied: the loader ties it again

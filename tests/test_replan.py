@@ -486,5 +486,5 @@ def test_the_replanner_under_random_event_orders(actors, batch, staleness, n_pro
     for e in range(epochs):
         trained = sorted(base_prompt_id(p) for p in consumed if prompt_epoch(p) == e)
         assert len(trained) == len(set(trained))
-        if e < full_epochs:
-            assert trained == sorted(truth), f"epoch {e}"
+        # A whole epoch trains every prompt once; the last, partial one a part of them.
+        assert set(trained) <= set(truth) and (e >= full_epochs or trained == sorted(truth)), f"epoch {e}"

@@ -32,8 +32,8 @@ def read(run_dir):
     return summary, metrics
 
 
-@pytest.mark.parametrize("predictor", ["reference", "lm"])
-def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch, predictor):
+@pytest.mark.parametrize("predictor, report_kind", [("reference", None), ("lm", "lm")])
+def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch, predictor, report_kind):
     rows = [{"problem": f"What is {i} * 3?", "answer": str(3 * i),
              "solution": f"<think>{i} times 3</think> \\boxed{{{3 * i}}}"} for i in range(8)]
     train, held = jsonl(tmp_path / "train.jsonl", rows), jsonl(tmp_path / "held.jsonl", rows[:3])
@@ -50,8 +50,9 @@ def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir,
     assert rc == 0
     summary, metrics = read(run_dir)
     assert summary["steps"] == 2 and summary["task"]["prompts"] == 8
-    if predictor == "lm":
-        assert json.loads((run_dir / "predictor.json").read_text())["kind"] == "lm"
+    # The predictor in the loop reports what it fitted; reference lengths need no report.
+    report = run_dir / "predictor.json"
+    assert (json.loads(report.read_text())["kind"] if report.is_file() else None) == report_kind
     assert summary["task"]["rewards"] == ["math_verify", "e2e_user_rewards:mentions_answer"]
     assert (summary["task"]["correctness_reward"], summary["task"]["integrity_reward"]) == \
         ("math_verify", "nonempty_answer")
