@@ -74,3 +74,23 @@ def test_a_full_disk_at_a_checkpoint_marks_the_summary_failed(ray_cluster, tmp_p
     assert summary["failed"] and summary["error_type"] == "OSError" and "No space left" in summary["error"]
     assert summary["steps"] == 2 and summary["checkpoint"] is None
     assert not (run_dir / "checkpoints" / "latest").exists()   # nothing half-written was committed
+
+
+def test_a_failed_final_check_marks_the_summary_failed_and_keeps_the_training(ray_cluster, tmp_path, capsys,
+                                                                              monkeypatch):
+    """The training ended; the initial-vs-final check then fails (the disk fills up): one error
+    line, summary.json says failed at that stage and why, and the trained policy is there."""
+    from mindspeed_rl_asp.cli.train import main
+    from mindspeed_rl_asp.runtime import driver
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "eval-cache")
+
+    monkeypatch.setattr(driver, "evaluate_initial_and_final", disk_full)
+    run_dir = tmp_path / "run"
+    assert main([*SMALL, "steps=2", "eval.num_prompts=2", f"run_dir={run_dir}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ENOSPC" in err[0] and "eval-cache" in err[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["failed"] and summary["stage"] == "final evaluation" and summary["steps"] == 2
+    assert "No space left" in summary["error"] and (run_dir / "final_policy" / "config.json").is_file()
