@@ -210,7 +210,7 @@ def report(results: dict[str, list[dict]], names: list[str], args, described: di
                      f"{mean(hyb_r['wall_s'] for hyb_r in hyb) / wall[0]:.2f}x",
                      cell(*interval(run_s), ".0f") if run_s else "-"])
     parts += ["**Policy age and time** (policy age of the trained samples: mean over seeds ± 95 %, histogram "
-              "pooled over seeds as shares of samples; wall = the Control Unit's loop; run = with actor "
+              "pooled over seeds as shares of prompt groups; wall = the Control Unit's loop; run = with actor "
               "start-up and the final check)",
               table(["mode", "policy age, mean", "policy age histogram", "max age", "wall s", "speed-up vs hybrid",
                      "run s"], rows)]
@@ -246,7 +246,7 @@ def report(results: dict[str, list[dict]], names: list[str], args, described: di
                          " ".join(f"{v:.3f}" for v in r["correctness"]),
                          " ".join(f"{v:.3f}" for v in r["integrity"]), *change, r["unused"]])
     parts += ["**Every run**",
-              table(["mode", "seed", "wall s", "age mean", "age histogram (samples)", "correctness per epoch",
+              table(["mode", "seed", "wall s", "age mean", "age histogram (prompt groups)", "correctness per epoch",
                      "integrity per epoch", "training prompts: change (95 % CI)", "held-out: change (95 % CI)",
                      "prompts generated, not trained"], rows)]
     return "\n\n".join(parts)
