@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from mindspeed_rl_asp.control.clusters import OrderedCluster, random_chooser
 from mindspeed_rl_asp.control.core import ControlConfig, ControlCore, Generate, ProtocolError
-from mindspeed_rl_asp.control.loop import Done, Loop
+from mindspeed_rl_asp.control.loop import Done, Loop, drive
 from mindspeed_rl_asp.control.staleness import first_window_gap
 
 from test_control_properties import Shell, budgeted_chooser, setups
@@ -222,12 +222,12 @@ def test_no_replan_after_finish():
         core.replan_pending([])
 
 
-# ---------------------------------------------------------------------- the replanner (runtime/replan.py)
+# ---------------------------------------------------------------------- the re-plan rule and its report
 from types import SimpleNamespace
 
-from mindspeed_rl_asp.runtime.replan import (EpochReplanner, blend_lengths, lengths_per_prompt, rank_stats,
-                                             replan_trigger)
+from mindspeed_rl_asp.runtime.replan import EpochReplanner, blend_lengths, lengths_per_prompt, rank_stats
 from mindspeed_rl_asp.schedule.configured import repeat_for_epochs
+from mindspeed_rl_asp.schedule.refit import epoch_replan
 from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
 from mindspeed_rl_asp.tasks import base_prompt_id, epoch_prompt_id, prompt_epoch
 
@@ -244,13 +244,41 @@ def test_blend_and_split_are_the_stated_rule():
     assert rank_stats({"a": 1}, {"a": 1})["spearman_rho"] is None
 
 
-def test_trigger_fires_once_dispatch_nears_the_epoch():
-    pending = [("p1",), ("p2",), ("p0@e1",), ("p1@e1",), ("p0@e2",)]
-    assert replan_trigger(pending, num_actors=1, handled=()) is None      # two minibatches before it
-    assert replan_trigger(pending[1:], num_actors=1, handled=()) == 1
-    assert replan_trigger(pending[1:], num_actors=1, handled={1}) is None  # epoch 2 is further on
-    assert replan_trigger(pending[3:], num_actors=1, handled={1}) == 2
-    assert replan_trigger([("p0",)], num_actors=4, handled=()) is None    # epoch 0 is never re-planned
+def test_the_rule_fires_just_before_an_epochs_first_minibatch_goes():
+    """Two epochs of two minibatches, one actor: the core re-plans epoch 1 inside the poll
+    that would dispatch its first minibatch, from the lengths reported by then (epoch 0's,
+    here all of it), and no earlier; epochs in ``done`` are never re-planned."""
+    calls = []
+
+    def plan(epoch, old, observed):
+        calls.append((epoch, old, dict(observed)))
+        return [("n0", ("p3@e1", "p2@e1")), ("n1", ("p1@e1", "p0@e1"))], "note"
+
+    from mindspeed_rl_asp.control.replan import EpochReplan
+    from mindspeed_rl_asp.tasks import prompt_epoch
+
+    cfg = ControlConfig(num_actors=1, global_batch_size=2, n_samples_per_prompt=2, max_staleness=1,
+                        queue_capacity=8, high_watermark=1.0, low_watermark=0.0)
+    mbs = [("e0g0m0", ("p0", "p1")), ("e0g0m1", ("p2", "p3")),
+           ("e1g0m0", ("p0@e1", "p1@e1")), ("e1g0m1", ("p2@e1", "p3@e1"))]
+    core = ControlCore(cfg, mbs, replan=EpochReplan(plan, prompt_epoch))
+    loop = Loop(core, LengthCluster({f"p{i}": 10 + i for i in range(4)}, 2))
+    while loop.advance() and not calls:
+        assert all(prompt_epoch(p) == 0 for mb in core.dispatcher.minibatches[:core.dispatcher.cursor]
+                   for p in mb.prompt_ids)
+    (epoch, old, observed), = calls
+    assert epoch == 1 and old == (("p0@e1", "p1@e1"), ("p2@e1", "p3@e1"))
+    assert observed == {"p0": (10, 10), "p1": (11, 11), "p2": (12, 12), "p3": (13, 13)}
+    (record,) = core.replans
+    assert (record.epoch, record.accepted, record.dispatched_minibatches, record.prompts, record.note) == \
+        (1, True, 2, 4, "note")
+    assert [mb.minibatch_id for mb in core.dispatcher.minibatches] == ["e0g0m0", "e0g0m1", "n0", "n1"]
+    while loop.advance():
+        pass
+    assert core.consumed_ids()[4:] == ["p3@e1", "p2@e1", "p1@e1", "p0@e1"] and len(calls) == 1
+    skipped = ControlCore(cfg, mbs, replan=EpochReplan(plan, prompt_epoch, done=frozenset({1})))
+    drive(skipped, LengthCluster({f"p{i}": 10 + i for i in range(4)}, 2))
+    assert skipped.replans == [] and len(calls) == 1
 
 
 class LengthCluster(OrderedCluster):
@@ -271,9 +299,9 @@ class LengthCluster(OrderedCluster):
 @pytest.mark.parametrize("actors", [1, 3])
 def test_refit_replans_later_epochs_and_their_rank_quality_rises(tmp_path, actors):
     """A prior that ranks the prompts at random: epoch 0 is planned on it; epochs 1 and 2
-    are re-planned on the observed lengths (epoch 1 before epoch 0's last minibatches
-    report: those prompts keep the prior), so their rank correlation rises, and every
-    epoch still trains each prompt exactly once."""
+    are re-planned on the observed lengths (epoch 1 possibly before epoch 0's last
+    minibatches report: those prompts keep the prior), so their rank correlation rises,
+    and every epoch still trains each prompt exactly once."""
     n_prompts, n, batch = 24, 2, 4
     truth = {f"p{i}": float(10 + 3 * i) for i in range(n_prompts)}
     shuffled = random.Random(3).sample(sorted(truth.values()), n_prompts)
@@ -282,9 +310,9 @@ def test_refit_replans_later_epochs_and_their_rank_quality_rises(tmp_path, actor
     plan = make_plan(list(prior.items()), params, n)
     cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=n, max_staleness=2,
                         queue_capacity=48, high_watermark=1.0, low_watermark=0.0)
-    core = ControlCore(cfg, repeat_for_epochs(plan, 3))
-    replanner = EpochReplanner(tmp_path, prior, n, actors, lambda items: make_plan(items, params, n),
-                               refit="history", weight=1.0)
+    core = ControlCore(cfg, repeat_for_epochs(plan, 3),
+                       replan=epoch_replan(lambda items: make_plan(items, params, n), prior, 1.0))
+    replanner = EpochReplanner(tmp_path, prior, n, refit="history", weight=1.0)
     loop = Loop(core, LengthCluster(truth, n), replanner)
     while loop.advance():
         pass
@@ -320,7 +348,7 @@ def test_refit_none_only_reports(tmp_path):
     cfg = ControlConfig(num_actors=2, global_batch_size=2, n_samples_per_prompt=1, max_staleness=1,
                         queue_capacity=8, high_watermark=1.0, low_watermark=0.0)
     core = ControlCore(cfg, repeat_for_epochs(plan, 2))
-    replanner = EpochReplanner(tmp_path, truth, 1, 2, lambda items: pytest.fail("planned with refit=none"))
+    replanner = EpochReplanner(tmp_path, truth, 1)
     loop = Loop(core, LengthCluster(truth, 1), replanner)
     while loop.advance():
         pass
@@ -415,11 +443,11 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
 def test_a_run_directory_without_predicted_lengths_only_reports(tmp_path):
     """A run resumed from a directory written before predicted_lengths.jsonl existed."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.runtime.replan import make_epoch_observer
+    from mindspeed_rl_asp.runtime.replan import make_epoch_observer, refit_of_run
 
     cfg = load_config(["scheduler.predictor=ridge", "scheduler.refit=history"])
-    replanner = make_epoch_observer(cfg, [], tmp_path, num_actors=2)
-    assert replanner.refit == "none" and replanner.prior == {}
+    replanner = make_epoch_observer(cfg, [], tmp_path)
+    assert replanner.refit == "none" and replanner.prior == {} and refit_of_run(cfg, [], tmp_path) is None
     replanner.record_lengths(Generate(0, "e0g0m0", ("p0", "p1"), 0), [3, 5, 7, 9] * (cfg.rl.n_samples_per_prompt // 2))
     report = json.loads(replanner.write_report().read_text())
     assert "no predicted_lengths.jsonl" in report["note"]
@@ -447,12 +475,13 @@ def test_the_replanner_under_random_event_orders(actors, batch, staleness, n_pro
     sizes = [len(ids) for _, ids in minibatches]
     assume(first_window_gap(sizes, batch, staleness, cfg.queue_capacity, sum(sizes) // batch) is None)
     shell = ReplanShell(cfg, minibatches, chooser=random_chooser(seed, fail_rate=0.2, max_failures=3))
+    shell.core = ControlCore(cfg, minibatches,
+                             replan=epoch_replan(lambda items: make_plan(items, params, 1), prior, weight))
     import tempfile
     from mindspeed_rl_asp.control.loop import Fanout
 
     with tempfile.TemporaryDirectory() as run_dir:
-        replanner = EpochReplanner(Path(run_dir), prior, 1, actors, lambda items: make_plan(items, params, 1),
-                                   refit="history", weight=weight)
+        replanner = EpochReplanner(Path(run_dir), prior, 1, refit="history", weight=weight)
         cluster = shell.cluster
         plain_next = cluster.next_event
 

@@ -47,9 +47,12 @@ Rules (proofs in docs/control.md):
   loaded, and is refreshed before it generates) or gone (``on_actor_retired``: never
   given work again; the run goes on with the others). With every actor retired and no
   step able to run, ``poll`` raises ``ActorsExhausted`` (never a silent deadlock).
-* Re-plan (``replan_pending``): the shell may swap the not-yet-dispatched minibatches for
-  another cut of the same prompts (``scheduler.refit``: the next epoch planned from the
-  lengths observed so far), only if the whole plan still passes the window rule.
+* Re-plan (``replan.py``, ``scheduler.refit``): given an ``EpochReplan``, the core
+  records the lengths finished minibatches report and, just before the first minibatch
+  of an epoch ``e >= 1`` would be dispatched, asks its planning function for that
+  epoch's minibatches from the lengths observed so far; they replace the epoch's
+  pending ones (``replan_pending``: same prompts, taken only if the whole plan still
+  passes the window rule), and ``replans`` records what happened.
 * Reject (``filter_groups="std"``, DAPO's dynamic sampling): a finished group whose
   rewards (carried by its generation report) have no spread is rejected by the pure rule
   of ``rejection.py`` (``on_generated(..., rewards)``; ``on_groups_rejected`` for a queued
@@ -74,6 +77,7 @@ from .dispatcher import (Dispatcher, PlannedMinibatch, ProtocolError, as_minibat
                          minibatches_from_plan)
 from .queue import QueuedGroup, TrainingQueue
 from .rejection import FILTERS, rejected_groups
+from .replan import EpochReplan, ReplanRecord, epoch_run, lengths_by_prompt
 from .staleness import StalenessControl, first_window_gap
 
 __all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
@@ -314,10 +318,12 @@ class Ledger:
 class ControlCore:
     """Composes dispatcher, queue and staleness control; see the module docstring."""
 
-    def __init__(self, config: ControlConfig, minibatches: Any, refill: Optional[Any] = None) -> None:
+    def __init__(self, config: ControlConfig, minibatches: Any, refill: Optional[Any] = None,
+                 replan: Optional[EpochReplan] = None) -> None:
         """``refill(k)`` (k = 1, 2, ...): more minibatches (same forms as ``minibatches``;
         new prompt and minibatch ids) for when rejected groups used the plan up: the
-        shell's next pass over the data. Called only then, in order, pure."""
+        shell's next pass over the data. Called only then, in order, pure. ``replan``:
+        the re-plan rule's planning function (``replan.py``; None: the plan is kept)."""
         self.config = config
         mbs = as_minibatches(minibatches)
         self.total_steps = _check_plan(config, mbs)
@@ -340,6 +346,10 @@ class ControlCore:
         self._rejected_for_step = 0                # rejected since the last step started
         self._dispatched = 0                       # prompts dispatched (first dispatches only)
         self.extra_minibatches = 0                 # dispatched after _dispatched reached every step's need
+        self.epoch_replan = replan
+        self.replans: list[ReplanRecord] = []      # what the re-plan rule did, in order
+        self.observed_lengths: dict[str, tuple[int, ...]] = {}   # prompt id -> its samples' lengths
+        self._replanned: set[int] = set(replan.done) if replan is not None else set()
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -484,7 +494,35 @@ class ControlCore:
         if nxt is None and self.refill is not None and self._rejected:
             self._extend()
             nxt = self.dispatcher.peek()
+        if nxt is not None and not nxt[1] and self._replan_due():
+            nxt = self.dispatcher.peek()
         return nxt
+
+    def _replan_due(self) -> bool:
+        """The re-plan rule (``replan.py``): the next new minibatch opens an epoch
+        ``e >= 1`` not tried yet, so that epoch's pending minibatches are planned again from
+        the lengths observed so far. Returns whether it tried (taken or refused: ``replans``)."""
+        rule, d = self.epoch_replan, self.dispatcher
+        if rule is None:
+            return False
+        pending = d.minibatches[d.cursor:]
+        epoch = rule.epoch_of(pending[0].prompt_ids[0])
+        if epoch < 1 or epoch in self._replanned:
+            return False
+        self._replanned.add(epoch)
+        count = epoch_run(pending, epoch, rule.epoch_of)
+        old = tuple(mb.prompt_ids for mb in pending[:count])
+        note, error, made = None, None, 0
+        try:   # a planner's refusal (ScheduleError) and the core's are both ValueErrors
+            new, note = rule.plan(epoch, old, dict(self.observed_lengths))
+            new = as_minibatches(new)
+            self.replan_pending(list(new) + list(pending[count:]))
+            made = len(new)
+        except ValueError as refused:
+            error = str(refused)
+        self.replans.append(ReplanRecord(epoch, d.cursor, self.trainer_version, sum(map(len, old)), made,
+                                         error is None, error, note))
+        return True
 
     def _extend(self) -> None:
         """The plan is used up because groups were rejected: append ``refill(k)``."""
@@ -555,12 +593,16 @@ class ControlCore:
 
     # ------------------------------------------------------------------ events
     def on_generated(self, actor: int, minibatch_id: str,
-                     rewards: Optional[Mapping[str, Sequence[float]]] = None) -> None:
+                     rewards: Optional[Mapping[str, Sequence[float]]] = None,
+                     lengths: Optional[Sequence[int]] = None) -> None:
         """``actor`` finished ``minibatch_id``: all its samples join the queue. ``rewards``
         (prompt id -> the filter metric of each sample) is what ``filter_groups`` reads:
         the groups the rule rejects (``rejection.rejected_groups``) leave at once, as in
-        ``on_groups_rejected``. With ``filter_groups="std"`` every prompt needs its values."""
+        ``on_groups_rejected``. With ``filter_groups="std"`` every prompt needs its values.
+        ``lengths`` (its samples' lengths, ``n_samples_per_prompt`` rows per prompt) feed
+        the re-plan rule; kept only when the core has one."""
         d = self.dispatcher
+        observed = self._lengths_of(minibatch_id, lengths)   # checked before anything changes
         if self.config.filter_groups != "none":
             index = d.index_of.get(minibatch_id)
             ids = d.minibatches[index].prompt_ids if index is not None else ()
@@ -569,11 +611,24 @@ class ControlCore:
                 raise ProtocolError(f"filter_groups={self.config.filter_groups}: the report of minibatch "
                                     f"{minibatch_id!r} carries no rewards for {missing[:3]}")
         index = d.complete(actor, minibatch_id)
+        self.observed_lengths.update(observed)
         version = d.actors[actor].version
         ids = d.minibatches[index].prompt_ids
         self.queue.arrive(ids, version)
         if self.config.filter_groups != "none":
             self.on_groups_rejected(rejected_groups(self.config.filter_groups, {p: rewards[p] for p in ids}))
+
+    def _lengths_of(self, minibatch_id: str, lengths: Optional[Sequence[int]]) -> dict[str, tuple[int, ...]]:
+        """A finished minibatch's lengths by prompt, for the re-plan rule ({} without one,
+        or for a minibatch the dispatcher does not know: ``complete`` refuses that)."""
+        index = self.dispatcher.index_of.get(minibatch_id)
+        if lengths is None or self.epoch_replan is None or index is None:
+            return {}
+        try:
+            return lengths_by_prompt(self.dispatcher.minibatches[index].prompt_ids, lengths,
+                                     self.config.n_samples_per_prompt)
+        except ValueError as error:
+            raise ProtocolError(f"the report of minibatch {minibatch_id!r}: {error}") from None
 
     def on_groups_rejected(self, prompt_ids: Sequence[str]) -> None:
         """These queued groups are rejected (dynamic sampling): they leave the queue, their

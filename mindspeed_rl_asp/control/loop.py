@@ -130,10 +130,11 @@ class Outcome:
 
 def apply_event(core: ControlCore, event: Event) -> None:
     """Report ``event`` to the core. A finished generation brings its rewards (the core
-    rejects the groups its filter rule rejects); a failed generation is re-dispatched by the core; a
-    failed load is retried; a generation or load whose actor died (``Failed.lost``) marks
-    the actor lost (restarting); ``AwaitActor`` done (``info``: the version the restarted
-    actor holds) brings it back, failed retires it; a failed train step or publish raises
+    rejects the groups its filter rule rejects) and its lengths (the re-plan rule's); a
+    failed generation is re-dispatched by the core; a failed load is retried; a
+    generation or load whose actor died (``Failed.lost``) marks the actor lost
+    (restarting); ``AwaitActor`` done (``info``: the version the restarted actor holds)
+    brings it back, failed retires it; a failed train step or publish raises
     ``TrainerFailed``."""
     a = event.action
     ok = isinstance(event, Done)
@@ -146,7 +147,9 @@ def apply_event(core: ControlCore, event: Event) -> None:
             core.on_actor_retired(a.actor)
     elif isinstance(a, Generate):
         if ok:
-            core.on_generated(a.actor, a.minibatch_id, event.rewards)
+            # The report's ``lengths`` (any cluster's report has them, or None) feed the
+            # core's re-plan rule; the rest of ``info`` is the observer's alone.
+            core.on_generated(a.actor, a.minibatch_id, event.rewards, getattr(event.info, "lengths", None))
         else:
             core.on_minibatch_failed(a.actor, a.minibatch_id)
     elif isinstance(a, LoadWeights):

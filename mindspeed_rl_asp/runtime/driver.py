@@ -253,7 +253,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .ray_cluster import RayCluster, RejectedPayloads
     from .placement import plan_placement, trainer_holds_devices, worker_groups_of
     from .recorder import RunRecorder, dynamic_sampling_summary
-    from .replan import make_epoch_observer
+    from .replan import make_epoch_observer, refit_of_run
     from .transport import make_transport
     from .checkpoint import Checkpointer, merge_histograms
     from .interrupts import interrupt_signals
@@ -277,7 +277,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
     placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
     core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset,
-                             taken=prior.consumed)
+                             taken=prior.consumed, replan=refit_of_run(cfg, prompts, run_dir, prior.consumed))
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -342,8 +342,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             checkpointer = Checkpointer(run_dir, cfg.save_every, cfg.keep_checkpoints, prior, start,
                                         lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
                                         faults=recorder)
-            # Per-epoch rank quality and bubbles; with scheduler.refit, re-plans later epochs.
-            replanner = make_epoch_observer(cfg, prompts, run_dir, len(generators), start=start)
+            # Per-epoch rank quality and bubbles; the re-plans the core made (scheduler.refit).
+            replanner = make_epoch_observer(cfg, prompts, run_dir, start=start)
             loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster),
                                               FirstGeneration(phase)))
             with interrupts.held():   # a first signal lands only where the loop waits (runtime/interrupts.py)

@@ -63,11 +63,13 @@ def plan_run(cfg, prompts, run_dir=None, log=None):
     return plan, epochs, minibatches
 
 
-def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None, taken=()):
+def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None, taken=(), replan=None):
     """The pure control core for this plan (``total_steps``: default ``cfg.steps``; a
     resumed run: the steps left; with ``algo.filter_groups`` the core refills from
     :func:`refill_passes`, past the epochs of ``taken``: a resumed run's prompt ids already
-    trained); a plan the control rules cannot run (for example hybrid
+    trained; ``replan``: the re-plan rule of ``scheduler.refit``, ``control.replan.EpochReplan``,
+    from ``runtime/replan.refit_of_run`` or ``schedule/refit.epoch_replan``); a plan the
+    control rules cannot run (for example hybrid
     mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
@@ -75,7 +77,7 @@ def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None
     try:   # the config's checks and the plan's, both refusals named with the mode and scheduler
         control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
         refill = refill_passes(minibatches, taken) if control.filter_groups != "none" else None
-        return ControlCore(control, minibatches, refill=refill)
+        return ControlCore(control, minibatches, refill=refill, replan=replan)
     except ValueError as error:
         raise ConfigError(f"the plan cannot run with mode={cfg.mode.name}, scheduler={cfg.scheduler.name}: "
                           f"{error}") from None

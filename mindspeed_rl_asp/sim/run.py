@@ -4,10 +4,13 @@
     predicted = lengths of the configured rank quality               sim.predictor_spearman
     plan      = runtime/planning.plan_minibatches (the real planner) scheduler.*, mode.*
     core      = runtime/planning.make_control_core (the real core)  rl.*, mode.*
+                with the re-plan rule of scheduler.refit (schedule/refit.epoch_replan)
     drive(core, SimCluster(costs from the profiles), observers)     hardware.*, model.*, engine.*, layout.*
 
 With ``run_dir`` the run writes ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl``
-through the real ``RunRecorder`` (``asp-report`` draws them), plus ``sim_result.json``.
+through the real ``RunRecorder`` (``asp-report`` draws them), the re-plans and the
+per-epoch predictor report through the real ``EpochReplanner`` (``replan.jsonl``,
+``plan_e<e>.json``, ``predictor_by_epoch.json``), plus ``sim_result.json``.
 """
 from __future__ import annotations
 
@@ -242,6 +245,8 @@ class SimResult:
     # of the zero-bubble bound and this one is larger.
     latency_bound_s: float = 0.0
     bound_by: str = ""
+    # scheduler.refit: each re-plan the core made (epoch, taken, minibatches dispatched then).
+    replans: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -286,11 +291,12 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
         quality = "oracle" if cfg.sim.predictor_spearman is None else cfg.sim.predictor_spearman
         predicted = predict_lengths(workload, quality, seed=cfg.sim.seed)
     epochs = epochs_needed(workload.num_prompts, cfg.steps, cfg.rl.global_batch_size)
-    plan, minibatches = plan_minibatches(cfg, plan_items(workload, predicted), epochs)
-    core = make_control_core(cfg, minibatches, setup.num_actors)
+    items = plan_items(workload, predicted)
+    plan, minibatches = plan_minibatches(cfg, items, epochs)
+    core = make_control_core(cfg, minibatches, setup.num_actors, replan=sim_refit(cfg, items))
     cluster = SimCluster(setup, {p.id: p for p in workload.prompts}, rewards=sim_rewards(cfg))
     stats = SimStats(setup.num_actors)
-    recorder = None
+    recorder = replans = None
     layout = cfg.layout
     devices = layout.nodes * layout.devices_per_node
     gen_devices = devices if setup.colocated else layout.gen_nodes * layout.devices_per_node
@@ -301,8 +307,9 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
         run_dir.mkdir(parents=True, exist_ok=True)
         plan.save(run_dir / "plan.json")
         recorder = RunRecorder(run_dir, setup.num_actors, gen_devices, tensorboard=False, start=0.0)
+        replans = sim_replan_observer(cfg, items, run_dir)
     try:
-        outcome = drive(core, cluster, Fanout(stats, recorder))
+        outcome = drive(core, cluster, Fanout(stats, recorder, replans))
     finally:
         if recorder is not None:
             recorder.close()
@@ -310,6 +317,30 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     if run_dir is not None:
         (run_dir / "sim_result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     return result
+
+
+def sim_refit(cfg, items):
+    """The core's re-plan rule with ``scheduler.refit=history`` (as a real run's: the run's
+    planner, the lengths the first plan used as the prior), else None."""
+    from ..schedule.configured import build_plan
+    from ..schedule.refit import epoch_replan
+
+    sched = cfg.scheduler
+    if str(getattr(sched, "refit", "none")) == "none":
+        return None
+    return epoch_replan(lambda its: build_plan(cfg, its), dict(items), float(getattr(sched, "refit_weight", 4.0)))
+
+
+def sim_replan_observer(cfg, items, run_dir: Path):
+    """The real run's re-plan and predictor report (``runtime/replan.EpochReplanner``)."""
+    from ..runtime.replan import EpochReplanner
+
+    sched = cfg.scheduler
+    return EpochReplanner(run_dir, dict(items), cfg.rl.n_samples_per_prompt, refit=str(getattr(sched, "refit", "none")),
+                          weight=float(getattr(sched, "refit_weight", 4.0)),
+                          batching=str(cfg.engine.get("batching", "static") or "static"),
+                          max_num_seqs=cfg.engine.get("max_num_seqs"),
+                          describe={"scheduler": sched.name, "predictor": "simulated"})
 
 
 def sim_rewards(cfg):
@@ -375,6 +406,8 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         mindspeed_e2e_tps_mean=mean_tokens / world / total if total else 0.0,
         mindspeed_vllm_tps=max_tokens / world / rollout if rollout else 0.0,
         latency_bound_s=latency, bound_by="tail" if latency > bound else "throughput",
+        replans=[{"epoch": r.epoch, "accepted": r.accepted, "dispatched_minibatches": r.dispatched_minibatches,
+                  "minibatches": r.minibatches} for r in core.replans],
         dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome, total))
 
 
