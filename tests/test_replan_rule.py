@@ -186,3 +186,24 @@ def test_asp_simulate_honours_scheduler_refit(tmp_path):
     assert {k: ours[k] for k in epoch0} == {k: theirs[k] for k in epoch0}
     later = sorted(k for k in ours if not k.startswith("e0"))
     assert later and any(ours[k] != theirs.get(k) for k in later)
+
+
+def test_a_resumed_run_does_not_replan_epochs_it_replanned_or_started(tmp_path):
+    """``refit_of_run``: the prior from the run's predicted_lengths.jsonl; epochs with a
+    ``plan_e<e>.json`` and epochs of ids trained before are done; refit=none: no rule."""
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.runtime.replan import refit_of_run
+
+    (tmp_path / "predicted_lengths.jsonl").write_text(
+        "".join(json.dumps({"id": f"p{i}", "predicted_length": 10.0 + i}) + "\n" for i in range(4)))
+    (tmp_path / "plan_e2.json").write_text("{}")
+    cfg = load_config(["scheduler.predictor=ridge", "scheduler.refit=history", "scheduler.refit_weight=2",
+                       "scheduler.base_batch_size=1", "scheduler.slack=0", "scheduler.group_size=1"])
+    rule = refit_of_run(cfg, [], tmp_path, taken=["p0", "p1@e1", "p3@e3"])
+    assert rule.done == {0, 1, 2, 3} and rule.epoch_of("p2@e4") == 4
+    assert refit_of_run(load_config(["scheduler.predictor=ridge"]), [], tmp_path) is None
+    # The bound planning function blends with weight 2 on that prior: p1 seen at 20 -> (2 x 11 + 20) / 3.
+    new, note = rule.plan(4, (("p0@e4", "p1@e4"),), {"p1@e1": (20,)})
+    assert note["lengths"] == {"p0": 10.0, "p1": 14.0}
+    assert sorted(p for _, ids in new for p in ids) == ["p0@e4", "p1@e4"]
+    assert sorted(mb_id for mb_id, _ in new) == ["e4g0m0", "e4g1m0"]   # repeat_for_epochs' form
