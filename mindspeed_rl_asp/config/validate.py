@@ -168,8 +168,8 @@ def predictor_problems(sched) -> list[str]:
 
 
 def refit_problems(cfg) -> list[str]:
-    """``scheduler.refit`` (runtime/replan.py): a known rule, a usable weight, and a plan
-    that a refit can change."""
+    """``scheduler.refit`` (the core's re-plan rule: control/replan.py, schedule/refit.py):
+    a known rule, a usable weight, and a plan that a refit can change."""
     sched = cfg.scheduler
     p: list[str] = []
     refit = getattr(sched, "refit", "none")

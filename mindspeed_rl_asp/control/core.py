@@ -7,7 +7,7 @@ discrete-event simulator drive this same object through the one loop,
     for action in core.poll():              # decide and mark issued
         cluster.submit(action)              # Generate / LoadWeights / TrainStep / Publish
     event = cluster.next_event()            # then report it:
-    # core.on_generated(actor, mb_id, rewards) | core.on_minibatch_failed(actor, mb_id)
+    # core.on_generated(actor, mb_id, rewards, lengths) | core.on_minibatch_failed(actor, mb_id)
     # core.on_groups_rejected(prompt_ids)
     # core.on_weights_loaded(actor, v) | core.on_load_failed(actor, v)
     # core.on_train_step_done(step) | core.on_published(v)
