@@ -22,6 +22,9 @@ from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
 from mindspeed_rl_asp.schedule.refit import epoch_replan
 from mindspeed_rl_asp.tasks import base_prompt_id, prompt_epoch
 
+from mindspeed_rl_asp.runtime.planning import refill_passes
+
+from test_control_rejection import RejectShell
 from test_replan import ReplanShell
 
 
@@ -136,6 +139,58 @@ def test_replans_through_the_loop_keep_the_ledger_exact(actors, batch, staleness
     done = {p for k in core.dispatcher.done for p in final[k].prompt_ids}
     assert core.observed_lengths == {p: (truth[base_prompt_id(p)],) * n for p in done}
 
+
+
+def report_lengths(cluster, truth, n) -> None:
+    """Make ``cluster``'s finished generations report every sample's length (``truth``
+    of its base prompt), keeping whatever else the event carries (rewards)."""
+    plain_next = cluster.next_event
+
+    def next_event():
+        event = plain_next()
+        if isinstance(event, Done) and isinstance(event.action, Generate):
+            lengths = [truth[base_prompt_id(p)] for p in event.action.prompt_ids for _ in range(n)]
+            return Done(event.action, type("Report", (), {"lengths": lengths})(), rewards=event.rewards)
+        return event
+    cluster.next_event = next_event
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(actors=st.integers(1, 3), batch=st.integers(1, 4), staleness=st.integers(0, 2), n=st.integers(2, 3),
+       n_prompts=st.integers(4, 12), base=st.integers(2, 4), seed=st.integers(0, 2**16),
+       rate=st.sampled_from([0.2, 0.6]), cap=st.integers(1, 10))
+def test_replans_with_dynamic_sampling_keep_the_ledger_exact(actors, batch, staleness, n, n_prompts, base, seed,
+                                                               rate, cap):
+    """With DAPO's dynamic sampling (rejected groups, refills past the plan, splits at
+    quiescence) the rule re-plans every epoch the run reaches once, refill passes
+    included; the ledger stays a partition of every prompt (rejected ones counted) after
+    every event, and no minibatch id repeats."""
+    rng = random.Random(seed)
+    truth = {f"p{i}": rng.randint(1, 60) for i in range(n_prompts)}
+    prior = {p: float(rng.randint(1, 60)) for p in truth}
+    params = SchedulerParams(name="asp", base_batch_size=min(base, n_prompts), slack=1, group_size=1)
+    minibatches = repeat_for_epochs(make_plan(list(prior.items()), params, n), 2)
+    cfg = ControlConfig(num_actors=actors, global_batch_size=batch, n_samples_per_prompt=n, max_staleness=staleness,
+                        queue_capacity=(batch + 2 * (base + 1)) * n, high_watermark=1.0, low_watermark=0.0,
+                        total_steps=max(1, (2 * n_prompts) // batch - 1))
+    refill = refill_passes(minibatches)
+    shell = RejectShell(cfg, minibatches, chooser=random_chooser(seed, fail_rate=0.2, max_failures=2),
+                        reject_rate=rate, max_rejections=cap, seed=seed, refill=refill)
+    rule = epoch_replan(lambda items: make_plan(items, params, n), prior, 4.0)
+    shell.core = ControlCore(shell.cfg, minibatches, refill=refill, replan=rule)
+    shell.loop = Loop(shell.core, shell.cluster, shell)
+    report_lengths(shell.cluster, truth, n)
+    shell.run_to_end()
+
+    core = shell.core
+    final = core.dispatcher.minibatches
+    reached = {prompt_epoch(p) for mb in final[:core.dispatcher.cursor] for p in mb.prompt_ids}
+    event(f"refills {core.refills}, re-plans {len(core.replans)}")
+    assert [r.epoch for r in core.replans] == sorted(reached - {0})
+    assert all(r.accepted and r.prompts == n_prompts for r in core.replans)   # no window rule with filtering
+    assert len({mb.minibatch_id for mb in final}) == len(final)
+    done = {p for k in core.dispatcher.done for p in final[k].prompt_ids}
+    assert core.observed_lengths == {p: (truth[base_prompt_id(p)],) * n for p in done}
 
 def test_a_core_without_the_rule_keeps_no_lengths_and_never_replans():
     cfg = ControlConfig(num_actors=1, global_batch_size=1, n_samples_per_prompt=1, max_staleness=1,
