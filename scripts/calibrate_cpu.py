@@ -7,7 +7,7 @@ them into ``configs/hardware/cpu_local.yaml`` and the measured entries of
 ``configs/engine/hf.yaml`` with a ``sources`` text that says what was measured, how,
 when and with which command::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/calibrate_cpu.py            # measure, fit, print (~3 min idle)
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/calibrate_cpu.py            # measure, fit, print (~4 min idle)
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/calibrate_cpu.py --write    # ... and update the two yaml files
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/calibrate_cpu.py --refit runs/calibrate_cpu.json --write
                                                                           # fit and write saved measurements
@@ -35,14 +35,14 @@ What is measured (medians over repeats, one torch thread):
    really reaches on a large matmul.
 2. **Memory bandwidth**: ``dst.copy_(src)`` of a 256 MiB float32 tensor, bytes read +
    written per second (STREAM "copy" counting) -> ``hbm_bandwidth_gbs``.
-3. **Generation** (``HFGenerationEngine.generate``, the engine the runs use): one maze
-   prompt of the median (and, second series, the longest) token length among the
-   benchmark's 320 task prompts, repeated ``b`` times, for ``b`` in 1..64, with the
-   end-of-text token suppressed (``min_new_tokens = max_new_tokens = N``, a
-   ``GenerationConfig`` wrapper around the engine's own call) so that every row decodes
-   exactly ``N`` tokens. Decode step time = ``(T(N=65) - T(N=1)) / 64``; the call with
-   ``N=1`` is the prefill plus the call's fixed cost, regressed on the ``b x P`` prompt
-   tokens.
+3. **Generation** (``HFGenerationEngine.generate``, the engine the runs use): calls shaped
+   as the runs' minibatches, ``k`` task prompts drawn at random, each repeated 4 times
+   (the samples), left-padded to the longest by the engine, for ``k`` in
+   ``PROMPTS_PER_CALL`` (two draws each) and one prompt alone; the end-of-text token
+   suppressed (``min_new_tokens = max_new_tokens = N``, a ``GenerationConfig`` wrapper
+   around the engine's own call) so that every row decodes exactly ``N`` tokens, ``N``
+   in ``DECODE_SERIES``. Uniform batches (one prompt repeated) would miss what padding
+   costs: the padded batch's attention mask.
 4. **Training**: the real ``runtime/training_unit.TrainingWorker`` (in this process, no
    Ray) runs ``train_step`` on steps of 8 prompts x 4 samples that the engine sampled
    from the task prompts in data order (GRPO loss with TIS, the no-grad forward for the
@@ -56,25 +56,30 @@ What is measured (medians over repeats, one torch thread):
    ``GenerationWorker.load_weights(version, ref)`` until it returns; and a no-op actor
    call, ``ready()``), in one local Ray cluster that is shut down at the end.
 
-What is fitted: the simulator prices a static-batch generate call
-(``sim/batching.static_minibatch``) as a prefill of ``b x P`` tokens, ``max(2 x matmul params
-x b P / (peak x eff_c), weights / (bw x eff_bw))``, then ``N - 1`` decode steps of ``overhead
-+ max(memory, compute)`` (``sim/costs.decode_step_time``) with ``memory = (weights + kv
-tokens x kv bytes) / (bw x eff_bw)``, the cache growing from ``b (P + 1)`` by ``b`` a step,
-and ``compute = 2 x matmul params x b / (peak x eff_c)``. ``overhead``, ``eff_bw`` and
-``eff_c`` minimise the squared relative error of that price over every measured call
-(``N = 1`` and ``N = 65``; grid over the two efficiencies, weighted least squares for the
-overhead); the report re-prices every call with the simulator's own functions. ``training_mfu = 8 x matmul params x
-tokens / (t x peak)`` (update 6 + proximal forward 2, ``sim/costs.training_time``). Weight
-sync: the Ray publish round trip is ``engine.weight_sync_fixed_s`` (the simulator's
-Publish), the weight bytes over the Ray load round trip the node bandwidths (the
-simulator's LoadWeights is ``bytes / bandwidth``; on one host the colocated and the
-"inter-node" path are the same Ray object store), the no-op round trip the hybrid
-hand-over ``engine.mode_switch_s`` (nothing is offloaded on a CPU).
-
-The simulator has one compute efficiency for prefill and decode matmuls, so fitting whole
-calls puts the error where the runs spend the least time: a maze minibatch is a long
-prompt (56 to 204 tokens) and a short answer (tens of tokens).
+What is fitted: on this CPU one core runs the framework, the operator dispatch and the
+kernels one after another, so the hf engine's profile is ``execution: serial``: a
+generate call costs ``call overhead + prefill + (N - 1) decode steps``, a prefill
+``weights read + 2 x matmul params x b P / (peak x eff_p)``, a decode step ``overhead +
+2 x matmul params x b / (peak x eff_c) + (weights + cached tokens x kv bytes) / (bw x
+eff_bw)`` (``sim/costs.decode_step_parts``, ``sim/batching.static_minibatch``). That price
+is linear in five coefficients (per call, per prefill token, per step, per row-step, per
+cached token read), fitted to every measured call by least squares on the relative error
+with each coefficient held at or above what the machine allows (its FLOPs at the
+measured peak, its bytes at the measured bandwidth); the coefficients are then read as
+``engine.call_overhead_s``, ``hardware.prefill_compute_efficiency``,
+``engine.decode_step_overhead_s``, ``hardware.inference_compute_efficiency`` and
+``hardware.inference_bandwidth_efficiency``, and the report re-prices every call with
+the simulator's own functions. ``training_mfu`` = the step's FLOPs as
+``sim/costs.padded_training_time`` counts them for the padded hf trainer (update over
+micro-batches, proximal forward over the step, each padded to its longest row; attention
+included) / its time / peak, median over the steps. ``hardware.host_cores``: the cores
+this process may run on; the simulator shares them among the run's busy processes
+(``sim/cluster.py``). Weight sync: the Ray publish round trip is
+``engine.weight_sync_fixed_s`` (the simulator's Publish), the weight bytes over the Ray
+load round trip the node bandwidths (the simulator's LoadWeights is ``bytes /
+bandwidth``; on one host the colocated and the "inter-node" path are the same Ray object
+store), the no-op round trip the hybrid hand-over ``engine.mode_switch_s`` (nothing is
+offloaded on a CPU).
 """
 from __future__ import annotations
 
@@ -102,6 +107,7 @@ DECODE_SERIES = (1, 17, 65)               # tokens decoded per row (EOS suppress
 DECODE_TOKENS = 65                        # --composition-check
 TRAIN_PROMPTS = 320           # the benchmark's task.num_prompts
 STEP_PROMPTS, SAMPLES = 8, 4  # rl.global_batch_size x rl.n_samples_per_prompt of the runs
+STEP_MICRO_BATCH = 8          # rl.micro_batch_size of the runs (configs/config.yaml)
 RAY_REPS = 20
 
 
@@ -227,6 +233,54 @@ def measure_generation(engine, shapes: list[tuple[str, list[list[int]]]], reps: 
     return rows
 
 
+def _corun_loop(model_path: str, batch: list[list[int]], tokens: int, ready, stop) -> None:
+    """The co-runner: a second process making the same generate calls until told to stop."""
+    import torch
+
+    torch.set_num_threads(1)
+    from mindspeed_rl_asp.engines.base import SamplingParams
+    from mindspeed_rl_asp.engines.hf import HFGenerationEngine
+
+    engine = HFGenerationEngine(model_path, num_threads=1)
+    calls = 0
+    with ForcedLength():
+        engine.generate(batch, SamplingParams(max_tokens=tokens, seed=0))
+        ready.set()
+        while not stop.is_set():
+            engine.generate(batch, SamplingParams(max_tokens=tokens, seed=calls))
+            calls += 1
+
+
+def measure_corun(engine, model_path: str, batch: list[list[int]], reps: int, tokens: int = 17) -> dict:
+    """CPU seconds of one generate call (a runs-sized minibatch) alone, then while a second
+    process makes the same calls on the other core, then alone again: two busy cores share
+    the host's last-level cache and memory bandwidth (and on a virtual machine perhaps a
+    physical core), so each runs slower than alone. The ratio is ``hardware.corun_slowdown``."""
+    import multiprocessing
+
+    from mindspeed_rl_asp.engines.base import SamplingParams
+
+    def calls() -> list[float]:
+        with ForcedLength():
+            return [timed(engine.generate, batch, SamplingParams(max_tokens=tokens, seed=r))[1] for r in range(reps)]
+
+    before = calls()
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_corun_loop, args=(model_path, batch, tokens, ready, stop), daemon=True)
+    proc.start()
+    try:
+        if not ready.wait(300):
+            raise RuntimeError("the co-running process did not start within 300 s")
+        together = calls()
+    finally:
+        stop.set()
+        proc.join(120)
+    after = calls()
+    return {"rows": len(batch), "tokens": tokens, "reps": reps, "alone_cpu_s": median(before + after),
+            "corun_cpu_s": median(together), "before_cpu_s": median(before), "after_cpu_s": median(after)}
+
+
 # ---------------------------------------------------------------------- training
 def measure_training(cfg, model_path: str, steps: int) -> tuple[dict, object, object]:
     """Real ``TrainingWorker.train_step`` on sampled steps; returns (measurements, worker, engine)."""
@@ -264,7 +318,9 @@ def measure_training(cfg, model_path: str, steps: int) -> tuple[dict, object, ob
         squares = sum((len(ids[r // SAMPLES]) + length) ** 2 for r, length in enumerate(out.response_lengths))
         wall, cpu, report = timed(worker.train_step, step, [p.id for p in chunk], payload)
         rows.append({"step": step, "prompt_tokens": prompt_tokens, "response_tokens": response_tokens,
-                     "tokens": prompt_tokens + response_tokens, "squares": squares, "wall_s": wall, "cpu_s": cpu})
+                     "tokens": prompt_tokens + response_tokens, "squares": squares, "wall_s": wall, "cpu_s": cpu,
+                     "prompt_lengths": [len(ids[r // SAMPLES]) for r in range(len(flat))],
+                     "response_lengths": list(out.response_lengths)})
         log(f"  train step {step}: {prompt_tokens} prompt + {response_tokens} response tokens, wall {wall:.3f} s, "
             f"cpu {cpu:.3f} s" + (" (warm-up, not counted)" if step == 0 else ""))
     return {"steps": rows}, worker, engine
@@ -380,6 +436,10 @@ def measure(args, cfg, model_path: str) -> dict:
     log(f"generation: {len(shapes)} batches of k random task prompts x {SAMPLES} samples (k in {PROMPTS_PER_CALL}, "
         f"two draws each, and one prompt alone), N in {DECODE_SERIES} tokens, {reps} repeats")
     generation = measure_generation(engine, shapes, reps)
+    corun_batch = next(batch for name, batch in shapes if name.startswith(f"4 x {SAMPLES}"))
+    log(f"co-running: a {len(corun_batch)}-row call alone, with a second process making the same calls, alone again")
+    corun = measure_corun(engine, model_path, corun_batch, 8 if args.quick else 15)
+    log(f"  {1e3 * corun['alone_cpu_s']:.1f} ms alone, {1e3 * corun['corun_cpu_s']:.1f} ms beside a busy core")
     del engine
 
     steps = 4 if args.quick else 7
@@ -391,7 +451,7 @@ def measure(args, cfg, model_path: str) -> dict:
     log("weights through Ray: publish (export -> sealed), load (load_weights round trip), no-op call")
     ray_w = measure_weights_ray(cfg, model_path, 10 if args.quick else RAY_REPS, os.nice(0))
     return {"date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M"), "machine": machine,
-            "host_cores": len(os.sched_getaffinity(0)),
+            "host_cores": len(os.sched_getaffinity(0)), "corun": corun,
             "quick": args.quick, "reps": reps, "load_average": [load_start, os.getloadavg()[0]],
             "seconds": time.perf_counter() - started, "peak": peak, "bandwidth": bw, "generation": generation,
             "training": training, "weights_in_process": in_process, "weights_ray": ray_w}
@@ -475,8 +535,18 @@ def fit_generation(model, rows: list[dict], clock: str, peak: float, bandwidth: 
             "calls": len(y)}
 
 
+def step_seconds_at_peak(model, peak: float, step: dict) -> float:
+    """A measured train step's seconds at MFU 1: what ``sim/costs.padded_training_time``
+    prices it at with ``training_mfu = 1``."""
+    from mindspeed_rl_asp.sim.costs import padded_training_time
+    from mindspeed_rl_asp.sim.profiles import HardwareProfile
+
+    ideal = HardwareProfile("peak", peak, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1)
+    return padded_training_time(model, ideal, 1, step["prompt_lengths"], step["response_lengths"],
+                                STEP_MICRO_BATCH, extra_forwards=1)
+
+
 def fit(raw: dict, model, clock: str) -> dict:
-    from mindspeed_rl_asp.sim.costs import training_flops
     from mindspeed_rl_asp.sim.profiles import GB, GIB, TERA
 
     key = f"{clock}_s"
@@ -485,8 +555,10 @@ def fit(raw: dict, model, clock: str) -> dict:
     decode = fit_generation(model, raw["generation"], clock, peak, bandwidth)
     measured_steps = raw["training"]["steps"][1:]
     train_s_per_token = median(s[key] / s["tokens"] for s in measured_steps)
-    # MFU with the FLOPs the simulator counts: update (3 passes) + the proximal forward, attention included.
-    mfu = median(training_flops(model, s["tokens"], 1, s["squares"]) / (s[key] * peak) for s in measured_steps)
+    # MFU with the FLOPs the simulator counts for the hf trainer (engine.train_layout: padded):
+    # the update over padded micro-batches, the proximal forward over the padded step,
+    # attention included (sim/costs.padded_training_time at MFU 1 is those FLOPs / peak).
+    mfu = median(step_seconds_at_peak(model, peak, s) / s[key] for s in measured_steps)
     pick = min if clock == "cpu" else median
     ray_w = {k: pick(raw["weights_ray"][k]) for k in ("ping_s", "publish_s", "load_s")}
     load_bw = model.weight_bytes / ray_w["load_s"]
@@ -496,7 +568,8 @@ def fit(raw: dict, model, clock: str) -> dict:
                 "inference_compute_efficiency": decode["compute_efficiency"],
                 "prefill_compute_efficiency": decode["prefill_efficiency"], "training_mfu": mfu,
                 "intra_node_bandwidth_gbs": load_bw / GB, "inter_node_bandwidth_gbs": load_bw / GB,
-                "devices_per_node": 1, "host_cores": raw["host_cores"]}
+                "devices_per_node": 1, "host_cores": raw["host_cores"],
+                "corun_slowdown": max(0.0, raw["corun"]["corun_cpu_s"] / raw["corun"]["alone_cpu_s"] - 1.0)}
     engine = {"decode_step_overhead_s": decode["overhead_s"], "call_overhead_s": decode["call_overhead_s"],
               "weight_sync_fixed_s": ray_w["publish_s"], "mode_switch_s": ray_w["ping_s"]}
     return {"clock": clock, "peak_flops": peak, "bandwidth": bandwidth, "decode": decode,
@@ -518,7 +591,7 @@ def profiles_of(fitted: dict):
 # ---------------------------------------------------------------------- report
 def report(raw: dict, fitted: dict, model, command: str) -> str:
     from mindspeed_rl_asp.sim.batching import Instance, static_minibatch
-    from mindspeed_rl_asp.sim.costs import training_time
+    from mindspeed_rl_asp.sim.costs import padded_training_time
     from mindspeed_rl_asp.sim.profiles import GB
 
     clock = fitted["clock"]
@@ -534,9 +607,13 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
     gen_table = table(["prompts x samples", "rows b", "padded prompt P", "tokens N", "ms, cpu / wall", "sim ms",
                        "error"], rows)
     key = f"{clock}_s"
+    def step_price(step: dict) -> float:
+        return padded_training_time(model, hardware, 1, step["prompt_lengths"], step["response_lengths"],
+                                    STEP_MICRO_BATCH, 1)
+
     trows = [[s["step"], s["prompt_tokens"], s["response_tokens"], s["tokens"], f"{s['cpu_s']:.3f} / {s['wall_s']:.3f}",
               f"{1e3 * s[key] / s['tokens']:.3f}",
-              f"{training_time(model, hardware, 1, s['tokens'], 1, s['squares']):.3f}"]
+              f"{step_price(s):.3f}"]
              for s in raw["training"]["steps"]]
     train_table = table(["step", "prompt tokens", "response tokens", "trained tokens", "s, cpu / wall",
                          f"ms per trained token ({clock})", "sim s"], trows)
@@ -580,11 +657,14 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
          f"generation fit: per prefill token (effective "
          f"{hw['prefill_compute_efficiency'] * fitted['peak_flops'] / 1e9:.2f} GFLOP/s)"],
         ["hardware.training_mfu", f"{hw['training_mfu']:.4f}",
-         "training FLOPs (sim/costs.training_flops: update + proximal forward, attention included) / time / "
-         "peak, median over steps"],
+         "padded training FLOPs (sim/costs.padded_training_time: update over padded micro-batches + proximal "
+         "forward over the padded step, attention included) / time / peak, median over steps"],
         ["hardware.{intra,inter}_node_bandwidth_gbs", f"{hw['inter_node_bandwidth_gbs']:.3f}",
          f"{model.weight_bytes} weight bytes / Ray load {1e3 * fitted['ray']['load_s']:.2f} ms"],
         ["hardware.host_cores", f"{hw['host_cores']}", "cores this process may run on (sched_getaffinity)"],
+        ["hardware.corun_slowdown", f"{hw['corun_slowdown']:.3f}",
+         f"a {raw['corun']['rows']}-row generate call: {1e3 * raw['corun']['corun_cpu_s']:.1f} ms CPU beside a busy "
+         f"core / {1e3 * raw['corun']['alone_cpu_s']:.1f} ms alone, - 1"],
         ["engine.decode_step_overhead_s", f"{eng['decode_step_overhead_s']:.5f}",
          f"generation fit: per step, less one weight read (RMS relative error {100 * dec['rms_relative_error']:.1f}%, "
          f"largest {100 * dec['max_relative_error']:.1f}%)"],
@@ -694,13 +774,21 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                                       f"cost per prefill token x peak_bf16_tflops); {decode_how}",
         "host_cores": f"{when}: the cores this process may run on (os.sched_getaffinity); every process of a local "
                       f"run (its generation actors, trainer, driver) shares them",
+        "corun_slowdown": f"{when}: the CPU time of a generate call of {raw['corun']['rows']} rows (4 random task "
+                          f"prompts x {SAMPLES}, {raw['corun']['tokens']} tokens each), median of "
+                          f"{raw['corun']['reps']}, while a second process made the same calls on the other core "
+                          f"({1e3 * raw['corun']['corun_cpu_s']:.1f} ms) over the same call alone before and after "
+                          f"({1e3 * raw['corun']['alone_cpu_s']:.1f} ms), minus 1: busy cores share the host's last-"
+                          f"level cache and memory bandwidth; {load}",
         "training_mfu": f"{when}: runtime/training_unit.TrainingWorker.train_step in process on {len(training) - 1} "
                         f"steps of 8 prompts x 4 samples sampled by the engine from the first task prompts (one more "
                         f"step as a warm-up): reward scoring, GRPO loss with TIS, the no-grad proximal forward and one "
                         f"AdamW update; {clock_text}, median {1e3 * fitted['train_s_per_token']:.3f} ms per trained "
-                        f"token (prompt + response, unpadded, as the simulator counts them); MFU = the step's FLOPs "
-                        f"as sim/costs.training_flops counts them (4 passes of 2 x {model.matmul_params} FLOP per "
-                        f"token, attention {model.attention_flops_coefficient} x sum of L^2 included) / its time / "
+                        f"token (prompt + response, unpadded); MFU = the step's FLOPs as the simulator counts them "
+                        f"for the padded hf trainer (sim/costs.padded_training_time: the update's 3 passes over "
+                        f"micro-batches of {STEP_MICRO_BATCH} rows padded to their longest prompt + response, one "
+                        f"proximal forward over the whole step padded alike, 2 x {model.matmul_params} FLOP per "
+                        f"token plus attention {model.attention_flops_coefficient} x L^2 per row) / its time / "
                         f"peak_bf16_tflops, median over the steps; {load}",
         "intra_node_bandwidth_gbs": f"{when}: {model.weight_bytes} weight bytes / the Ray load round trip "
                                     f"(GenerationWorker.load_weights(version, ref of a snapshot that "
@@ -732,6 +820,7 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                 "inference_compute_efficiency": "fitted to measured generate calls",
                 "prefill_compute_efficiency": "fitted to measured generate calls",
                 "host_cores": "measured: cores the run's processes share",
+                "corun_slowdown": "measured: a core's slowdown beside a busy core",
                 "training_mfu": "measured: TrainingWorker.train_step",
                 "intra_node_bandwidth_gbs": "measured: Ray weight load",
                 "inter_node_bandwidth_gbs": "measured: Ray weight load",

@@ -7,8 +7,8 @@ real runs::
 
     # re-read the run directories of `bench_modes.py --repeats 1 --keep runs/validate_modes`
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/validate_sim.py --measured runs/validate_modes
-    # or make the real runs first (one repeat, ~3 min on 2 idle cores), then compare
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/validate_sim.py --run runs/validate_modes
+    # or make the real runs first (one repeat per seed, ~3 min per seed on 2 idle cores), then compare
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/validate_sim.py --run runs/validate_modes --seeds 0,1
 
 With ``--run`` the script also samples the CPU time of the runs' processes (by role:
 generation actors, trainer, driver, Ray's own processes) and of the whole machine while
@@ -102,10 +102,13 @@ class CpuSampler:
         return "ray system"
 
     @staticmethod
-    def machine_busy() -> float:
+    def machine_busy() -> tuple[float, float]:
+        """(busy, stolen) CPU seconds of the whole machine so far: busy excludes idle, iowait
+        and steal; steal is the time a virtual machine's cores were running someone else."""
         fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        idle = fields[3] + fields[4]
-        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        idle, steal = fields[3] + fields[4], fields[7]
+        tick = os.sysconf("SC_CLK_TCK")
+        return (sum(fields[:8]) - idle - steal) / tick, steal / tick
 
     def _loop(self) -> None:
         import psutil
@@ -149,15 +152,17 @@ class CpuSampler:
         for pid, (role, cpu) in last.items():
             roles[role] = roles.get(role, 0.0) + cpu - first[pid][1]
         roles["run total"] = sum(roles.values())
-        roles["machine"] = inside[-1][2] - inside[0][2]
+        roles["machine"] = inside[-1][2][0] - inside[0][2][0]
+        roles["stolen"] = inside[-1][2][1] - inside[0][2][1]
         roles["other jobs"] = roles["machine"] - roles["run total"]
         roles["seconds"] = inside[-1][0] - inside[0][0]
         return roles
 
 
-def make_runs(root: Path, steps: int, prompts: int, seed: int, niceness: int) -> None:
-    """One repeat of bench_modes' three modes (its order, one Ray cluster, its run function),
-    with this process's descendants' CPU time sampled (``cpu.json``)."""
+def make_runs(root: Path, steps: int, prompts: int, seeds: list[int], niceness: int) -> None:
+    """One repeat of bench_modes' three modes per seed (its order, one Ray cluster, its run
+    function), with this process's descendants' CPU time sampled (``cpu.json``, keyed
+    ``<mode>-seed<s>``)."""
     os.environ["RAY_worker_niceness"] = str(niceness)
     import ray
 
@@ -166,14 +171,16 @@ def make_runs(root: Path, steps: int, prompts: int, seed: int, niceness: int) ->
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         with CpuSampler() as sampler:
-            for name, extra in bench_modes.MODES:
-                load = os.getloadavg()[0]
-                log(f"real run {name}, seed {seed}, load {load:.1f}")
-                run_dir = bench_modes.run_one(common_overrides(steps, prompts) + extra + [f"seed={seed}"], root,
-                                              f"{name}-seed{seed}")
-                _, _, spans = bench_modes.read_run(run_dir)
-                start, end = min(x["start"] for x in spans), max(x["end"] for x in spans)
-                info[name] = {"load_average": load, "worker_niceness": niceness, "window": [start, end]}
+            for seed in seeds:
+                for name, extra in bench_modes.MODES:
+                    load = os.getloadavg()[0]
+                    log(f"real run {name}, seed {seed}, load {load:.1f}")
+                    run_dir = bench_modes.run_one(common_overrides(steps, prompts) + extra + [f"seed={seed}"], root,
+                                                  f"{name}-seed{seed}")
+                    _, _, spans = bench_modes.read_run(run_dir)
+                    start, end = min(x["start"] for x in spans), max(x["end"] for x in spans)
+                    info[f"{name}-seed{seed}"] = {"load_average": load, "worker_niceness": niceness,
+                                                  "window": [start, end]}
             time.sleep(2 * sampler.interval)
         for name, value in info.items():
             value["cpu_s"] = sampler.window(*value["window"])
@@ -287,6 +294,43 @@ def pct(sim: float, real: float) -> str:
     return f"{100 * (sim - real) / real:+.1f}%"
 
 
+def compare_one(args, root: Path, out: Path, name: str, extra: list[str], seed: int):
+    """One mode and seed: the real run's figures, the simulated run's on its lengths, and the replay's counts."""
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.config.validate import resolve_model_path
+    from mindspeed_rl_asp.policy.tokenizer import load_tokenizer
+    from mindspeed_rl_asp.schedule.configured import task_items
+    from mindspeed_rl_asp.sim.workload import replay_workload
+    from mindspeed_rl_asp.tasks import make_task_prompts
+
+    run_dir = root / f"{name}-seed{seed}"
+    if not (run_dir / "summary.json").exists():
+        raise SystemExit(f"{run_dir}: no finished run there (summary.json missing); run bench_modes.py --keep "
+                         f"{root} or use --run")
+    cfg = load_config(common_overrides(args.steps, args.prompts) + extra + [f"seed={seed}", f"hardware={args.hardware}"])
+    prompts = make_task_prompts(cfg.task)
+    tokenizer = load_tokenizer(str(resolve_model_path(cfg.model.path)))
+    prompt_tokens = {p.id: len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) for p in prompts}
+    reference = dict(task_items(cfg, prompts))
+    lengths_path, info = workload_file(run_dir, cfg, prompts, prompt_tokens, reference,
+                                       out / f"{name}-seed{seed}.lengths.jsonl")
+    workload = replay_workload(lengths_path, n_samples_per_prompt=cfg.rl.n_samples_per_prompt,
+                               max_tokens=cfg.generate.sampling_config.max_tokens)
+    sim_dir = out / f"{name}-seed{seed}"
+    real = measured_figures(run_dir)
+    for stale in ("timeline.jsonl", "queue.jsonl", "metrics.jsonl"):
+        (sim_dir / stale).unlink(missing_ok=True)
+    result = simulate_as_planned(cfg, workload, reference, sim_dir)
+    if not same_plan(run_dir / "plan.json", sim_dir / "plan.json"):
+        raise SystemExit(f"{name}: the simulated plan differs from the real run's plan.json")
+    sim_metrics = [json.loads(line) for line in (sim_dir / "metrics.jsonl").read_text().splitlines() if line]
+    sim_spans = [json.loads(line) for line in (sim_dir / "timeline.jsonl").read_text().splitlines() if line]
+    sim = figures(sim_metrics, result.total_s, sim_spans)
+    log(f"{name} seed {seed}: measured {real['iteration_s']:.3f} s/iteration, simulated {sim['iteration_s']:.3f} "
+        f"({info['generated_prompts']} prompts with real lengths, {info['reference_filled']} filled)")
+    return real, sim, info
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -295,7 +339,7 @@ def main(argv=None) -> int:
     ap.add_argument("--worker-niceness", type=int, default=0,
                     help="with --run: RAY_worker_niceness of the runs' actors (0: as other jobs; Ray's default 15 "
                          "lets any other job on a shared machine starve them)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds: one real run per mode and seed (default 0)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prompts", type=int, default=320)
     ap.add_argument("--out", type=Path, default=None,
@@ -306,49 +350,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.config.validate import resolve_model_path
-    from mindspeed_rl_asp.policy.tokenizer import load_tokenizer
-    from mindspeed_rl_asp.schedule.configured import task_items
-    from mindspeed_rl_asp.sim.workload import replay_workload
-    from mindspeed_rl_asp.tasks import make_task_prompts
 
     root = args.measured or args.run
+    seeds = [int(x) for x in args.seeds.split(",")]
     if args.run:
-        make_runs(args.run, args.steps, args.prompts, args.seed, args.worker_niceness)
+        make_runs(args.run, args.steps, args.prompts, seeds, args.worker_niceness)
     out = args.out or root / "sim"
     cpu_file = root / "cpu.json"
     cpu = json.loads(cpu_file.read_text()) if cpu_file.exists() else {}
 
     results = {}
     wanted = args.modes.split(",")
-    for name, extra in [m for m in bench_modes.MODES if m[0] in wanted]:
-        run_dir = root / f"{name}-seed{args.seed}"
-        if not (run_dir / "summary.json").exists():
-            raise SystemExit(f"{run_dir}: no finished run there (summary.json missing); run bench_modes.py --keep "
-                             f"{root} or use --run")
-        cfg = load_config(common_overrides(args.steps, args.prompts) + extra
-                          + [f"seed={args.seed}", f"hardware={args.hardware}"])
-        prompts = make_task_prompts(cfg.task)
-        tokenizer = load_tokenizer(str(resolve_model_path(cfg.model.path)))
-        prompt_tokens = {p.id: len(tokenizer(p.prompt, add_special_tokens=False)["input_ids"]) for p in prompts}
-        reference = dict(task_items(cfg, prompts))
-        lengths_path, info = workload_file(run_dir, cfg, prompts, prompt_tokens, reference,
-                                           out / f"{name}-seed{args.seed}.lengths.jsonl")
-        workload = replay_workload(lengths_path, n_samples_per_prompt=cfg.rl.n_samples_per_prompt,
-                                   max_tokens=cfg.generate.sampling_config.max_tokens)
-        sim_dir = out / f"{name}-seed{args.seed}"
-        real = measured_figures(run_dir)
-        for stale in ("timeline.jsonl", "queue.jsonl", "metrics.jsonl"):
-            (sim_dir / stale).unlink(missing_ok=True)
-        result = simulate_as_planned(cfg, workload, reference, sim_dir)
-        if not same_plan(run_dir / "plan.json", sim_dir / "plan.json"):
-            raise SystemExit(f"{name}: the simulated plan differs from the real run's plan.json")
-        sim_metrics = [json.loads(line) for line in (sim_dir / "metrics.jsonl").read_text().splitlines() if line]
-        sim_spans = [json.loads(line) for line in (sim_dir / "timeline.jsonl").read_text().splitlines() if line]
-        sim = figures(sim_metrics, result.total_s, sim_spans)
-        results[name] = (real, sim, info)
-        log(f"{name}: measured {real['iteration_s']:.3f} s/iteration, simulated {sim['iteration_s']:.3f} "
-            f"({info['generated_prompts']} prompts with real lengths, {info['reference_filled']} filled)")
+    for seed in seeds:
+        for name, extra in [m for m in bench_modes.MODES if m[0] in wanted]:
+            results[f"{name}-seed{seed}"] = compare_one(args, root, out, name, extra, seed)
 
     rows, worst = [], 0.0
     for name, (real, sim, _) in results.items():
@@ -386,20 +401,27 @@ def main(argv=None) -> int:
                      f"{train:.1f} / {sim_train:.1f} ({pct(sim_train, train)})",
                      f"{c.get('driver', 0):.1f}", f"{c.get('ray system', 0):.1f}",
                      f"{c['run total'] / wall:.2f}", f"{c['other jobs'] / wall:.2f}",
-                     f"{c['machine'] / wall:.2f} of {os.cpu_count()}"])
+                     f"{c['machine'] / wall:.2f} of {os.cpu_count()}", f"{c.get('stolen', 0.0) / wall:.2f}"])
     cpu_table = table(["mode", "load average at start", "loop s",
                        "generation actors: CPU s / simulated busy s (generate + load)",
                        "trainer: CPU s / simulated busy s (train + publish)",
                        "driver CPU s", "Ray system CPU s", "cores the run used", "cores other jobs used",
-                       "machine busy cores"], rows) if rows else ""
+                       "machine busy cores", "cores stolen (VM steal)"], rows) if rows else ""
     hw = load_config([f"hardware={args.hardware}"]).hardware
     print(f"Validation {time.strftime('%Y-%m-%d %H:%M')} (machine clock): `python scripts/validate_sim.py "
           f"{'--run' if args.run else '--measured'} {root}`; real runs: bench_modes geometry, {args.steps} steps x "
-          f"8 prompts x 4 samples, task.num_prompts={args.prompts}, seed {args.seed}, layout local, engine hf; "
+          f"8 prompts x 4 samples, task.num_prompts={args.prompts}, seeds {args.seeds}, layout local, engine hf; "
           f"simulated: hardware={args.hardware} ({hw.sources.get('training_mfu', '')[:60]}...), the real runs' "
           f"lengths, the reference predictor.\n")
     print(main_table + "\n")
-    print(f"Largest error {100 * worst:.1f}% (target < {100 * TARGET:.0f}%).\n")
+    print(f"Largest error {100 * worst:.1f}% (target < {100 * TARGET:.0f}%).")
+    for name, _ in bench_modes.MODES:
+        errors = [(sim["iteration_s"] - real["iteration_s"]) / real["iteration_s"]
+                  for key, (real, sim, _) in results.items() if key.rsplit("-seed", 1)[0] == name]
+        if errors:
+            print(f"- `{name}`: iteration-time error {', '.join(f'{100 * e:+.1f}%' for e in errors)} "
+                  f"(mean {100 * statistics.fmean(errors):+.1f}%) over {len(errors)} seed(s)")
+    print()
     print("**Where the time goes** (real / simulated)\n\n" + split)
     if cpu_table:
         print("\n**CPU time during each run's loop** (sampled every 0.5 s from /proc: this process's descendants "

@@ -12,15 +12,18 @@ from mindspeed_rl_asp.config.load import load_config
 from mindspeed_rl_asp.control.core import Generate, TrainStep
 from mindspeed_rl_asp.sim.batching import static_minibatch
 from mindspeed_rl_asp.sim.cluster import SimCluster
-from mindspeed_rl_asp.sim.costs import decode_memory_time, decode_step_time, prefill_time
+from mindspeed_rl_asp.sim.costs import (decode_memory_time, decode_step_time, padded_tokens, padded_training_time,
+                                        prefill_time, training_time)
 from mindspeed_rl_asp.sim.profiles import ProfileError, hardware_profile_from_config
 from mindspeed_rl_asp.sim.run import setup_from_config
 
 
 def cpu_setup(cores: int = 2):
+    """The cpu_local setup with ``cores`` shared cores and no co-running slowdown."""
     setup = setup_from_config(load_config(["hardware=cpu_local"]))
-    hw = dataclasses.replace(setup.instance.hardware, host_cores=cores)
-    return dataclasses.replace(setup, instance=dataclasses.replace(setup.instance, hardware=hw), host_cores=cores)
+    hw = dataclasses.replace(setup.instance.hardware, host_cores=cores, corun_slowdown=0.0)
+    return dataclasses.replace(setup, instance=dataclasses.replace(setup.instance, hardware=hw), host_cores=cores,
+                               corun_slowdown=0.0)
 
 
 class PricedCluster(SimCluster):
@@ -50,6 +53,7 @@ def test_the_cpu_profile_is_serial_on_shared_cores():
     setup = setup_from_config(load_config([]))
     assert setup.instance.engine.execution == "serial" and setup.instance.engine.call_overhead > 0
     assert setup.host_cores == setup.instance.hardware.host_cores >= 1
+    assert setup.corun_slowdown == setup.instance.hardware.corun_slowdown >= 0
 
 
 def test_serial_step_adds_overhead_compute_and_memory():
@@ -87,6 +91,19 @@ def test_two_equal_jobs_share_the_cores(cores, expected):
     assert [got[a], got[b]] == pytest.approx(expected)
 
 
+def test_busy_cores_slow_each_other_by_the_measured_share():
+    a, b, c = generate(0), generate(1), generate(2)
+    setup = dataclasses.replace(cpu_setup(2), corun_slowdown=0.25)
+    cluster = PricedCluster(setup, {a: 1.0, b: 1.0})
+    cluster.submit(a)
+    cluster.submit(b)
+    got = ends(cluster, 2)
+    assert [got[a], got[b]] == pytest.approx([1.25, 1.25])   # both cores busy: each at 1 / 1.25
+    alone = PricedCluster(setup, {c: 1.0})
+    alone.submit(c)
+    assert ends(alone, 1)[c] == pytest.approx(1.0)            # one busy core runs at full speed
+
+
 def test_three_jobs_on_two_cores_run_at_two_thirds_until_one_ends():
     a, b, c = generate(0), generate(1), TrainStep(step=0, prompt_ids=("p0",), versions=(0,))
     cluster = PricedCluster(cpu_setup(2), {a: 1.0, b: 2.0, c: 2.0})
@@ -103,7 +120,8 @@ def test_a_report_ends_when_the_shared_work_really_ends():
     from mindspeed_rl_asp.sim.run import workload_from_config
 
     workload = workload_from_config(prompts_cfg)
-    cluster = SimCluster(dataclasses.replace(setup, host_cores=1), {p.id: p for p in workload.prompts})
+    cluster = SimCluster(dataclasses.replace(setup, host_cores=1, corun_slowdown=0.0),
+                         {p.id: p for p in workload.prompts})
     ids = [p.id for p in workload.prompts[:2]]
     first, second = (Generate(actor=k, minibatch_id=f"m{k}", prompt_ids=(ids[k],), version=0) for k in (0, 1))
     cluster.submit(first)
@@ -140,12 +158,41 @@ def test_processor_sharing_conserves_work(cores, work, cancel):
         assert got[a] >= work[actions.index(a)] - 1e-9
 
 
-def test_host_cores_must_be_a_positive_whole_sourced_number():
+def test_host_cores_and_the_corun_slowdown_are_checked_and_sourced():
     from omegaconf import OmegaConf
 
     base = OmegaConf.to_container(load_config(["hardware=cpu_local"]).hardware)
-    for value, words in ((1.5, "whole number"), (0, "must be > 0")):
+    assert hardware_profile_from_config({**base, "corun_slowdown": 0}).corun_slowdown == 0.0   # measured: none
+    for key, value, words in (("host_cores", 1.5, "whole number"), ("host_cores", 0, "must be > 0"),
+                              ("corun_slowdown", -0.1, "must be > 0")):
         with pytest.raises(ProfileError, match=words):
-            hardware_profile_from_config({**base, "host_cores": value})
+            hardware_profile_from_config({**base, key: value})
     with pytest.raises(ProfileError, match="sources.host_cores"):
         hardware_profile_from_config({**base, "sources": {**base["sources"], "host_cores": ""}})
+
+
+def test_padded_tokens_by_hand():
+    # Rows (prompt, response) (3, 5) and (7, 1) pad to 7 + 5 = 12 each; (2, 2) and (4, 9) to 4 + 9 = 13.
+    tokens, squares = padded_tokens([3, 7, 2, 4], [5, 1, 2, 9], 2)
+    assert tokens == 2 * 12 + 2 * 13 and squares == 2 * 144 + 2 * 169
+
+
+def test_a_padded_trainer_prices_micro_batches_and_one_padded_no_grad_pass():
+    inst = cpu_setup().instance
+    model, hw = inst.model, inst.hardware
+    prompts, lengths = [60, 200, 80, 90], [10, 40, 5, 70]
+    update_tokens, update_squares = padded_tokens(prompts, lengths, 2)
+    step_tokens, step_squares = padded_tokens(prompts, lengths, 4)
+    expected = (training_time(model, hw, 1, update_tokens, 0, update_squares)
+                + training_time(model, hw, 1, step_tokens, 0, step_squares) / 3)
+    assert padded_training_time(model, hw, 1, prompts, lengths, 2, extra_forwards=1) == pytest.approx(expected)
+    # Padding only adds work: never cheaper than the packed price of the same rows.
+    packed = training_time(model, hw, 1, sum(prompts) + sum(lengths), 1,
+                           sum((p + r) ** 2 for p, r in zip(prompts, lengths)))
+    assert padded_training_time(model, hw, 1, prompts, lengths, 2, extra_forwards=1) > packed
+
+
+def test_the_hf_engine_trains_padded_micro_batches_of_the_configured_size():
+    setup = setup_from_config(load_config(["rl.micro_batch_size=4"]))
+    assert setup.instance.engine.train_layout == "padded" and setup.train_padding_rows == 4
+    assert setup_from_config(load_config(["experiment=table3_qwen3_32b_asp"])).train_padding_rows == 0

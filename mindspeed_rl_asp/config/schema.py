@@ -141,6 +141,7 @@ class EngineConfig:
     # the data-parallel gradient reduction hidden behind the backward.
     execution: str = ""
     call_overhead_s: float = 0.0   # serial (a CPU engine): seconds per generate call besides its steps
+    train_layout: str = ""         # packed (default: real tokens only) | padded (hf: padded micro-batches)
     op_launch_us: float = 0.0
     graph_op_gap_us: float = 0.0
     per_sequence_us: float = 0.0
@@ -187,6 +188,7 @@ class HardwareConfig:
     # and the cores every process of a run shares (null: each has devices of its own).
     prefill_compute_efficiency: Optional[float] = None
     host_cores: Optional[int] = None
+    corun_slowdown: Optional[float] = None   # with host_cores: a core's slowdown while another is busy
     sources: Dict[str, str] = field(default_factory=dict)
 
 

@@ -12,7 +12,9 @@ What each action costs (docs/simulator.md, "Cost of each action"):
 * ``Generate``: the minibatch's rows (its prompts x n samples, lengths from the
   workload) on one instance, with the engine's batching (``batching.minibatch_timing``);
 * ``TrainStep``: ``costs.training_time`` over the step's tokens on the training devices
-  (an update plus ``extra_forwards`` no-grad passes); colocated (hybrid) runs add the
+  (an update plus ``extra_forwards`` no-grad passes), or, for a trainer that pads
+  (``engine.train_layout: padded``), ``costs.padded_training_time`` over its padded
+  micro-batches; colocated (hybrid) runs add the
   generate -> train switch (onload of optimizer and weights);
 * ``Publish``: the trainer's export: ``engine.weight_sync_fixed`` (gather the shards,
   convert to the inference layout); colocated runs add the train -> generate switch;
@@ -23,8 +25,10 @@ What each action costs (docs/simulator.md, "Cost of each action"):
 where the layout's logical nodes are processes on one host): a price is then the work's
 CPU seconds on a core of its own, and the work in flight shares the cores by processor
 sharing. With ``n`` pieces of work running on ``c`` cores each advances at
-``min(1, c / n)`` core-seconds per second, so its end moves every time work starts or
-ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
+``min(1, c / n) / (1 + s (b - 1))`` core-seconds per second, ``b = min(n, c)`` the busy
+cores and ``s`` the host's measured slowdown of a core beside a busy one
+(``hardware.corun_slowdown``: shared cache and memory bandwidth), so its end moves every
+time work starts or ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
 actor and the trainer runs one thread (``engine.num_threads: 1``), so one piece of work
 is one runnable thread. Without ``host_cores`` every piece of work has devices of its
 own and ends at ``start + price``.
@@ -45,7 +49,7 @@ from ..runtime.generation_unit import LoadReport, MinibatchReport
 from ..runtime.training_unit import StepReport
 from ..tasks import base_prompt_id
 from .batching import Instance, MinibatchTiming, minibatch_timing
-from .costs import training_time, weight_transfer_time
+from .costs import padded_training_time, training_time, weight_transfer_time
 from .workload import PromptWorkload
 
 
@@ -64,6 +68,8 @@ class SimSetup:
     recompute: bool = False      # training recomputes activations (one more forward)
     grad_sync_s: float = 0.0     # exposed data-parallel gradient reduction per step
     host_cores: int = 0          # cores all work shares (processor sharing); 0: each has its own devices
+    corun_slowdown: float = 0.0  # with host_cores: a core's slowdown while another core is busy
+    train_padding_rows: int = 0  # the trainer pads micro-batches of this many rows (engine.train_layout: padded)
 
     def load_s(self) -> float:
         return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
@@ -121,7 +127,8 @@ class SimCluster:
         """Processor sharing: advance the clock to the first end at the current rate,
         charge every running piece of work for the interval, and take the one that ended
         (its report's end is the clock: when it really ended, not ``start + price``)."""
-        rate = min(1.0, self.setup.host_cores / len(self._sharing))
+        running, cores = len(self._sharing), self.setup.host_cores
+        rate = min(1.0, cores / running) / (1.0 + self.setup.corun_slowdown * (min(running, cores) - 1))
         seq = min(self._sharing, key=lambda k: (self._sharing[k][0], k))
         interval = max(0.0, self._sharing[seq][0]) / rate   # a tie can leave -1e-17 behind
         self.clock += interval
@@ -164,9 +171,13 @@ class SimCluster:
             prompts, lengths = self._rows(action.prompt_ids)
             tokens = sum(prompts) + sum(lengths)
             squares = sum((p + r) ** 2 for p, r in zip(prompts, lengths))   # attention: sum of L^2
-            duration = (training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
-                                      s.extra_forwards, squares, s.recompute)
-                        + s.grad_sync_s + (s.switch_s if s.colocated else 0.0))
+            if s.train_padding_rows:
+                compute = padded_training_time(s.instance.model, s.instance.hardware, s.train_devices, prompts,
+                                               lengths, s.train_padding_rows, s.extra_forwards, s.recompute)
+            else:
+                compute = training_time(s.instance.model, s.instance.hardware, s.train_devices, tokens,
+                                        s.extra_forwards, squares, s.recompute)
+            duration = compute + s.grad_sync_s + (s.switch_s if s.colocated else 0.0)
             metrics = {"samples": len(lengths), "response_tokens": sum(lengths),
                        "response_length_mean": sum(lengths) / max(len(lengths), 1), "trained_tokens": tokens,
                        "response_length_max": max(lengths, default=0), "prompt_length_max": max(prompts, default=0),

@@ -16,8 +16,8 @@ bandwidth and FLOP/s are spread evenly over the devices. ``tp`` and ``ep`` defau
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
+from typing import Sequence
 
 from .profiles import GIB, EngineProfile, HardwareProfile, ModelProfile, ProfileError
 
@@ -321,6 +321,22 @@ def training_flops(model: ModelProfile, trained_tokens: int, extra_forwards: int
     return passes * forward
 
 
+def padded_tokens(prompt_lengths: Sequence[int], response_lengths: Sequence[int], rows_per_batch: int
+                  ) -> tuple[int, int]:
+    """(tokens, sum of squared lengths) of rows laid out as an HF trainer pads them:
+    consecutive batches of ``rows_per_batch`` rows, each row ``[left-padded prompt |
+    right-padded response]`` as long as the batch's longest prompt plus its longest
+    response (``engines/hf.pad_batch``); attention runs over the padded length too."""
+    _require(rows_per_batch >= 1, "rows_per_batch", rows_per_batch, ">= 1")
+    tokens = squares = 0
+    for start in range(0, len(response_lengths), rows_per_batch):
+        rows = range(start, min(len(response_lengths), start + rows_per_batch))
+        width = max(prompt_lengths[i] for i in rows) + max(response_lengths[i] for i in rows)
+        tokens += len(rows) * width
+        squares += len(rows) * width * width
+    return tokens, squares
+
+
 def training_time(model: ModelProfile, hardware: HardwareProfile, devices: int, trained_tokens: int,
                   extra_forwards: int = 0, sum_squared_lengths: float = 0.0, recompute: bool = False) -> float:
     """Seconds of the training compute on ``trained_tokens`` tokens (prompt + response):
@@ -331,6 +347,20 @@ def training_time(model: ModelProfile, hardware: HardwareProfile, devices: int, 
     _require(devices >= 1, "devices", devices, ">= 1")
     flops = training_flops(model, trained_tokens, extra_forwards, sum_squared_lengths, recompute)
     return flops / (devices * hardware.peak_flops * hardware.training_mfu)
+
+
+def padded_training_time(model: ModelProfile, hardware: HardwareProfile, devices: int,
+                         prompt_lengths: Sequence[int], response_lengths: Sequence[int], rows_per_batch: int,
+                         extra_forwards: int = 0, recompute: bool = False) -> float:
+    """Seconds of a training step whose trainer pads (``engine.train_layout: padded``, the hf
+    engine): the update (and a recompute) runs micro-batches of ``rows_per_batch`` rows,
+    each padded to its own longest prompt and response; the no-grad passes (proximal,
+    reference log-probs) run the whole step as one padded batch (``engines/hf.py``)."""
+    update_tokens, update_squares = padded_tokens(prompt_lengths, response_lengths, rows_per_batch)
+    step_tokens, step_squares = padded_tokens(prompt_lengths, response_lengths, max(1, len(response_lengths)))
+    update = training_time(model, hardware, devices, update_tokens, 0, update_squares, recompute)
+    one_forward = training_time(model, hardware, devices, step_tokens, 0, step_squares) / 3.0   # 3 passes -> 1
+    return update + extra_forwards * one_forward
 
 
 def gradient_sync_time(model: ModelProfile, hardware: HardwareProfile, devices: int, tp: int, pp: int, ep: int,

@@ -32,6 +32,7 @@ BATCHING_STYLES = ("continuous", "static")
 # fitted to whole measured calls (cpu_local / hf), dispatch and per-sequence work inside it.
 EXECUTION_MODES = ("eager", "graph", "fitted", "serial")
 RECOMPUTE_MODES = ("none", "full")
+TRAIN_LAYOUTS = ("packed", "padded")
 
 _MISSING = object()
 
@@ -294,6 +295,7 @@ class HardwareProfile:
     inter_node_latency: float = 0.0        # seconds of a small collective across nodes
     prefill_compute_efficiency: float = 0.0  # share of peak_flops a prefill reaches (0: inference_compute_efficiency)
     host_cores: int = 0                    # cores every process of the run shares (0: each has a device of its own)
+    corun_slowdown: float = 0.0            # host_cores: how much slower a core runs while another core is busy
 
     @property
     def prefill_efficiency(self) -> float:
@@ -323,6 +325,7 @@ HARDWARE_OPTIONAL = {
     # different shares of the core, and the run's processes time-share its cores.
     "prefill_compute_efficiency": ("prefill_compute_efficiency", 1),
     "host_cores": ("host_cores", 1),
+    "corun_slowdown": ("corun_slowdown", 1),
 }
 
 
@@ -345,6 +348,9 @@ def hardware_profile_from_config(hardware: Any, prefix: str = "hardware") -> Har
     for key, (attr, factor) in HARDWARE_OPTIONAL.items():
         raw = _lookup(hardware, key, None)
         if raw is None or raw is _MISSING:
+            continue
+        if key == "corun_slowdown" and raw == 0:   # a measured "no slowdown" is a valid answer
+            _require_source(problems, sources, key, prefix, fix_file)
             continue
         value = _positive_number(problems, hardware, key, prefix, fix_file)
         if value is not None:
@@ -393,6 +399,7 @@ class EngineProfile:
     # add up instead of overlapping) adds call_overhead per generate call.
     execution: str = "fitted"
     call_overhead: float = 0.0    # seconds per generate call besides its steps (inputs, padding, outputs); serial
+    train_layout: str = "packed"  # packed: the trainer computes real tokens only; padded: micro-batches padded (hf)
     op_launch: float = 0.0        # eager: host seconds to launch one operator
     graph_op_gap: float = 0.0     # graph: device seconds between two operators of a replayed graph
     per_sequence: float = 0.0     # host seconds per running sequence per step (sampling, scheduling, detokenising)
@@ -448,6 +455,10 @@ def engine_profile_from_config(engine: Any, prefix: str = "engine") -> EnginePro
         values["execution"] = execution
         if execution in ("eager", "graph"):
             values.update(_first_principles_numbers(problems, engine, sources, prefix, fix_file))
+        if _lookup(engine, "train_layout", "") not in ("", None, _MISSING):
+            layout = _sourced_choice(problems, engine, sources, "train_layout", TRAIN_LAYOUTS, prefix, fix_file)
+            if layout is not None:
+                values["train_layout"] = layout
         if execution == "serial":
             value = _positive_number(problems, engine, "call_overhead_s", prefix, fix_file)
             if value is not None:

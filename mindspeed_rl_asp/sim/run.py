@@ -70,7 +70,9 @@ def setup_from_config(cfg) -> SimSetup:
                     colocated=colocated, extra_forwards=extra_forwards(cfg, colocated), publish_s=publish_time(model, engine),
                     load_bandwidth=instance_load_bandwidth(cfg, hardware, engine, devices, link, colocated,
                                                            len(placement.generators)), switch_s=switch,
-                    recompute=engine.recompute == "full", grad_sync_s=grad_sync, host_cores=hardware.host_cores)
+                    recompute=engine.recompute == "full", grad_sync_s=grad_sync, host_cores=hardware.host_cores,
+                    corun_slowdown=hardware.corun_slowdown,
+                    train_padding_rows=cfg.rl.micro_batch_size if engine.train_layout == "padded" else 0)
 
 
 def instance_load_bandwidth(cfg, hardware, engine, devices: int, link: float, colocated: bool, actors: int) -> float:
