@@ -59,7 +59,7 @@ What is measured (medians over repeats, one torch thread):
 What is fitted: on this CPU one core runs the framework, the operator dispatch and the
 kernels one after another, so the hf engine's profile is ``execution: serial``: a
 generate call costs ``call overhead + prefill + (N - 1) decode steps``, a prefill
-``weights read + 2 x matmul params x b P / (peak x eff_p)``, a decode step ``overhead +
+``weights read + (2 x matmul params x b P + attention) / (peak x eff_p)``, a decode step ``overhead +
 2 x matmul params x b / (peak x eff_c) + (weights + cached tokens x kv bytes) / (bw x
 eff_bw)`` (``sim/costs.decode_step_parts``, ``sim/batching.static_minibatch``). That price
 is linear in five coefficients (per call, per prefill token, per step, per row-step, per
@@ -251,11 +251,15 @@ def _corun_loop(model_path: str, batch: list[list[int]], tokens: int, ready, sto
             calls += 1
 
 
-def measure_corun(engine, model_path: str, batch: list[list[int]], reps: int, tokens: int = 17) -> dict:
-    """CPU seconds of one generate call (a runs-sized minibatch) alone, then while a second
-    process makes the same calls on the other core, then alone again: two busy cores share
-    the host's last-level cache and memory bandwidth (and on a virtual machine perhaps a
-    physical core), so each runs slower than alone. The ratio is ``hardware.corun_slowdown``."""
+def measure_corun(engine, model_path: str, batch: list[list[int]], reps: int, corunners: int,
+                  tokens: int = 17) -> dict:
+    """CPU seconds of one generate call (a runs-sized minibatch) alone, beside 1 .. ``corunners``
+    processes making the same calls, then alone again. With as many co-runners as there
+    are other cores, every core is busy: they share the host's last-level cache and memory
+    bandwidth (and on a virtual machine perhaps physical cores), so each runs slower than
+    alone (``hardware.corun_slowdown``). With one more, the cores are time-sliced between
+    more threads than cores, and every switch costs cache refills, which raises the CPU
+    time of the same work again (``hardware.timeslice_slowdown``)."""
     import multiprocessing
 
     from mindspeed_rl_asp.engines.base import SamplingParams
@@ -266,19 +270,36 @@ def measure_corun(engine, model_path: str, batch: list[list[int]], reps: int, to
 
     before = calls()
     ctx = multiprocessing.get_context("spawn")
-    ready, stop = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_corun_loop, args=(model_path, batch, tokens, ready, stop), daemon=True)
-    proc.start()
+    stop = ctx.Event()
+    procs, beside = [], {}
     try:
-        if not ready.wait(300):
-            raise RuntimeError("the co-running process did not start within 300 s")
-        together = calls()
+        for k in range(1, corunners + 1):
+            ready = ctx.Event()
+            proc = ctx.Process(target=_corun_loop, args=(model_path, batch, tokens, ready, stop), daemon=True)
+            proc.start()
+            procs.append(proc)
+            if not ready.wait(300):
+                raise RuntimeError("a co-running process did not start within 300 s")
+            beside[k] = median(calls())
     finally:
         stop.set()
-        proc.join(120)
+        for proc in procs:
+            proc.join(120)
     after = calls()
     return {"rows": len(batch), "tokens": tokens, "reps": reps, "alone_cpu_s": median(before + after),
-            "corun_cpu_s": median(together), "before_cpu_s": median(before), "after_cpu_s": median(after)}
+            "beside_cpu_s": beside, "before_cpu_s": median(before), "after_cpu_s": median(after)}
+
+
+def slowdowns(corun: dict, cores: int) -> tuple[float, float]:
+    """(corun_slowdown, timeslice_slowdown) from :func:`measure_corun`'s medians: beside
+    ``cores - 1`` co-runners every core is busy, ``t = t0 (1 + s (cores - 1))``; beside
+    ``cores`` the threads outnumber the cores, ``t = t0 (1 + s (cores - 1)) (1 + sigma)``."""
+    beside = {int(k): v for k, v in corun["beside_cpu_s"].items()}
+    t0 = corun["alone_cpu_s"]
+    full = beside.get(cores - 1, t0)
+    s = max(0.0, (full / t0 - 1.0) / max(cores - 1, 1))
+    sigma = max(0.0, beside[cores] / (t0 * (1.0 + s * (cores - 1))) - 1.0)
+    return s, sigma
 
 
 # ---------------------------------------------------------------------- training
@@ -437,9 +458,12 @@ def measure(args, cfg, model_path: str) -> dict:
         f"two draws each, and one prompt alone), N in {DECODE_SERIES} tokens, {reps} repeats")
     generation = measure_generation(engine, shapes, reps)
     corun_batch = next(batch for name, batch in shapes if name.startswith(f"4 x {SAMPLES}"))
-    log(f"co-running: a {len(corun_batch)}-row call alone, with a second process making the same calls, alone again")
-    corun = measure_corun(engine, model_path, corun_batch, 8 if args.quick else 15)
-    log(f"  {1e3 * corun['alone_cpu_s']:.1f} ms alone, {1e3 * corun['corun_cpu_s']:.1f} ms beside a busy core")
+    cores = len(os.sched_getaffinity(0))
+    log(f"co-running: a {len(corun_batch)}-row call alone, beside 1..{cores} processes making the same calls, alone "
+        f"again")
+    corun = measure_corun(engine, model_path, corun_batch, 8 if args.quick else 15, cores)
+    log(f"  {1e3 * corun['alone_cpu_s']:.1f} ms alone, "
+        + ", ".join(f"{1e3 * t:.1f} ms beside {k}" for k, t in corun["beside_cpu_s"].items()))
     del engine
 
     steps = 4 if args.quick else 7
@@ -458,18 +482,21 @@ def measure(args, cfg, model_path: str) -> dict:
 
 
 # ---------------------------------------------------------------------- fit
-def call_features(rows: list[dict]):
+def call_features(model, rows: list[dict]):
     """Per generate call, what the serial price (sim/batching.static_minibatch with
-    ``execution: serial``) is linear in: 1 (the call), prefill tokens ``b x P``, decode
-    steps ``N - 1``, row-steps ``b (N - 1)``, and the cached tokens the steps read,
-    ``sum_j b (P + 1 + j)`` (the cache grows from ``b (P + 1)`` by ``b`` a step)."""
+    ``execution: serial``) is linear in: 1 (the call), prefill tokens ``b x P`` with the
+    prefill's attention in token equivalents (``attention coefficient x b P^2 / (2 x
+    matmul params)``: the same FLOPs at the same efficiency), decode steps ``N - 1``,
+    row-steps ``b (N - 1)``, and the cached tokens the steps read, ``sum_j b (P + 1 + j)``
+    (the cache grows from ``b (P + 1)`` by ``b`` a step)."""
     import numpy as np
 
+    attention = model.attention_flops_coefficient / (2.0 * model.matmul_params)
     feats = []
     for r in rows:
         b, P, steps = r["batch"], r["padded_prompt"], r["decode_tokens"] - 1
         kv = b * (steps * (P + 1) + steps * (steps - 1) / 2.0)
-        feats.append([1.0, b * P, steps, b * steps, kv])
+        feats.append([1.0, b * P + attention * b * P * P, steps, b * steps, kv])
     return np.array(feats, dtype=float)
 
 
@@ -504,7 +531,7 @@ def fit_generation(model, rows: list[dict], clock: str, peak: float, bandwidth: 
       ``engine.call_overhead_s``."""
     import numpy as np
 
-    a = call_features(rows)
+    a = call_features(model, rows)
     y = np.array([r[f"{clock}_s"] for r in rows])
     # No rate beats the machine: a row-step or a prefill token costs at least its matmul
     # FLOPs at the measured peak, a cached token at least its bytes at the copy bandwidth,
@@ -568,8 +595,8 @@ def fit(raw: dict, model, clock: str) -> dict:
                 "inference_compute_efficiency": decode["compute_efficiency"],
                 "prefill_compute_efficiency": decode["prefill_efficiency"], "training_mfu": mfu,
                 "intra_node_bandwidth_gbs": load_bw / GB, "inter_node_bandwidth_gbs": load_bw / GB,
-                "devices_per_node": 1, "host_cores": raw["host_cores"],
-                "corun_slowdown": max(0.0, raw["corun"]["corun_cpu_s"] / raw["corun"]["alone_cpu_s"] - 1.0)}
+                "devices_per_node": 1, "host_cores": raw["host_cores"]}
+    hardware["corun_slowdown"], hardware["timeslice_slowdown"] = slowdowns(raw["corun"], raw["host_cores"])
     engine = {"decode_step_overhead_s": decode["overhead_s"], "call_overhead_s": decode["call_overhead_s"],
               "weight_sync_fixed_s": ray_w["publish_s"], "mode_switch_s": ray_w["ping_s"]}
     return {"clock": clock, "peak_flops": peak, "bandwidth": bandwidth, "decode": decode,
@@ -663,8 +690,10 @@ def report(raw: dict, fitted: dict, model, command: str) -> str:
          f"{model.weight_bytes} weight bytes / Ray load {1e3 * fitted['ray']['load_s']:.2f} ms"],
         ["hardware.host_cores", f"{hw['host_cores']}", "cores this process may run on (sched_getaffinity)"],
         ["hardware.corun_slowdown", f"{hw['corun_slowdown']:.3f}",
-         f"a {raw['corun']['rows']}-row generate call: {1e3 * raw['corun']['corun_cpu_s']:.1f} ms CPU beside a busy "
-         f"core / {1e3 * raw['corun']['alone_cpu_s']:.1f} ms alone, - 1"],
+         f"a {raw['corun']['rows']}-row generate call's CPU ms alone / beside k co-runners: "
+         f"{1e3 * raw['corun']['alone_cpu_s']:.1f} / "
+         + " / ".join(f"{1e3 * t:.1f} (k={k})" for k, t in raw["corun"]["beside_cpu_s"].items())],
+        ["hardware.timeslice_slowdown", f"{hw['timeslice_slowdown']:.3f}", "the same calls, more threads than cores"],
         ["engine.decode_step_overhead_s", f"{eng['decode_step_overhead_s']:.5f}",
          f"generation fit: per step, less one weight read (RMS relative error {100 * dec['rms_relative_error']:.1f}%, "
          f"largest {100 * dec['max_relative_error']:.1f}%)"],
@@ -753,6 +782,11 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                   f"{1e6 * coef['prefill_token_s']:.3f} us per prefill token, {1e3 * coef['step_s']:.3f} ms per "
                   f"decode step, {1e6 * coef['row_step_s']:.3f} us per row-step, {1e9 * coef['cached_token_step_s']:.3f}"
                   f" ns per cached token per step; {load}")
+    corun = raw["corun"]
+    corun_how = (f"the CPU time of a generate call of {corun['rows']} rows (4 random task prompts x {SAMPLES}, "
+                 f"{corun['tokens']} tokens each), median of {corun['reps']}, alone (before and after: "
+                 f"{1e3 * corun['alone_cpu_s']:.1f} ms) and while k other processes made the same calls ("
+                 + ", ".join(f"k={k}: {1e3 * t:.1f} ms" for k, t in corun["beside_cpu_s"].items()) + ")")
     ray_pick = "minimum (least disturbed)" if clock == "cpu" else "median"
     rw, ip = fitted["ray"], raw["weights_in_process"]
     training = raw["training"]["steps"]
@@ -774,12 +808,12 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                                       f"cost per prefill token x peak_bf16_tflops); {decode_how}",
         "host_cores": f"{when}: the cores this process may run on (os.sched_getaffinity); every process of a local "
                       f"run (its generation actors, trainer, driver) shares them",
-        "corun_slowdown": f"{when}: the CPU time of a generate call of {raw['corun']['rows']} rows (4 random task "
-                          f"prompts x {SAMPLES}, {raw['corun']['tokens']} tokens each), median of "
-                          f"{raw['corun']['reps']}, while a second process made the same calls on the other core "
-                          f"({1e3 * raw['corun']['corun_cpu_s']:.1f} ms) over the same call alone before and after "
-                          f"({1e3 * raw['corun']['alone_cpu_s']:.1f} ms), minus 1: busy cores share the host's last-"
-                          f"level cache and memory bandwidth; {load}",
+        "corun_slowdown": f"{when}: {corun_how}; with every core busy (beside {raw['host_cores'] - 1}) a call "
+                          f"costs 1 + corun_slowdown x (cores - 1) times its CPU time alone (cores share the "
+                          f"host's last-level cache and memory bandwidth); {load}",
+        "timeslice_slowdown": f"{when}: {corun_how}; beside {raw['host_cores']} (more threads than cores, time-sliced) "
+                              f"a call costs (1 + timeslice_slowdown) times its every-core-busy CPU time (each switch "
+                              f"refills the caches); {load}",
         "training_mfu": f"{when}: runtime/training_unit.TrainingWorker.train_step in process on {len(training) - 1} "
                         f"steps of 8 prompts x 4 samples sampled by the engine from the first task prompts (one more "
                         f"step as a warm-up): reward scoring, GRPO loss with TIS, the no-grad proximal forward and one "
@@ -821,6 +855,7 @@ def write_yaml(raw: dict, fitted: dict, model, command: str) -> None:
                 "prefill_compute_efficiency": "fitted to measured generate calls",
                 "host_cores": "measured: cores the run's processes share",
                 "corun_slowdown": "measured: a core's slowdown beside a busy core",
+                "timeslice_slowdown": "measured: the cost of more threads than cores",
                 "training_mfu": "measured: TrainingWorker.train_step",
                 "intra_node_bandwidth_gbs": "measured: Ray weight load",
                 "inter_node_bandwidth_gbs": "measured: Ray weight load",

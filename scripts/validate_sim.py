@@ -397,14 +397,13 @@ def main(argv=None) -> int:
         gen, train = c.get("generators", 0.0), c.get("trainer", 0.0)
         sim_train = sim["train_s"] + sim["publish_s"]
         rows.append([f"`{name}`", f"{cpu[name]['load_average']:.1f}", f"{wall:.1f}",
-                     f"{gen:.1f} / {sim['gen_busy_s'] + sim['load_s']:.1f} ({pct(sim['gen_busy_s'] + sim['load_s'], gen)})",
-                     f"{train:.1f} / {sim_train:.1f} ({pct(sim_train, train)})",
+                     f"{gen:.1f} / {sim['gen_busy_s'] + sim['load_s']:.1f}", f"{train:.1f} / {sim_train:.1f}",
                      f"{c.get('driver', 0):.1f}", f"{c.get('ray system', 0):.1f}",
                      f"{c['run total'] / wall:.2f}", f"{c['other jobs'] / wall:.2f}",
                      f"{c['machine'] / wall:.2f} of {os.cpu_count()}", f"{c.get('stolen', 0.0) / wall:.2f}"])
     cpu_table = table(["mode", "load average at start", "loop s",
-                       "generation actors: CPU s / simulated busy s (generate + load)",
-                       "trainer: CPU s / simulated busy s (train + publish)",
+                       "generation actors: CPU s / simulated span s (generate + load)",
+                       "trainer: CPU s / simulated span s (train + publish)",
                        "driver CPU s", "Ray system CPU s", "cores the run used", "cores other jobs used",
                        "machine busy cores", "cores stolen (VM steal)"], rows) if rows else ""
     hw = load_config([f"hardware={args.hardware}"]).hardware
@@ -425,8 +424,9 @@ def main(argv=None) -> int:
     print("**Where the time goes** (real / simulated)\n\n" + split)
     if cpu_table:
         print("\n**CPU time during each run's loop** (sampled every 0.5 s from /proc: this process's descendants "
-              "by role, and the whole machine; the simulator's busy seconds are work on a core of its own)\n\n"
-              + cpu_table)
+              "by role, and the whole machine. A simulated span is wall time on the virtual clock: where work "
+              "shares the host's cores it stretches beyond the CPU seconds the work takes, so the two columns "
+              "agree only where nothing shares a core)\n\n" + cpu_table)
     return 0
 
 

@@ -72,6 +72,14 @@ def test_the_fit_never_reads_a_rate_above_the_machine():
     assert 0 < fit["bandwidth_efficiency"] <= 1 and 0 < fit["prefill_efficiency"] <= 1
 
 
+def test_slowdowns_read_back_the_factors_that_made_the_times():
+    t0, s, sigma = 0.1, 0.05, 0.2
+    corun = {"alone_cpu_s": t0, "beside_cpu_s": {"1": t0 * (1 + s), "2": t0 * (1 + s) * (1 + sigma)}}
+    assert calibrate.slowdowns(corun, 2) == pytest.approx((s, sigma))
+    faster = {"alone_cpu_s": t0, "beside_cpu_s": {"1": 0.9 * t0, "2": 0.95 * t0}}   # noise: never below zero
+    assert calibrate.slowdowns(faster, 2) == (0.0, pytest.approx(0.0))
+
+
 YAML = """name: x
 peak: 1.0   # stale
 other: 2
@@ -102,7 +110,8 @@ def test_shipped_cpu_local_and_hf_profiles_are_calibrated():
     engine = engine_profile_from_config(cfg.engine)
     for key in ("peak_bf16_tflops", "hbm_bandwidth_gbs", "inference_bandwidth_efficiency",
                 "inference_compute_efficiency", "prefill_compute_efficiency", "training_mfu",
-                "intra_node_bandwidth_gbs", "inter_node_bandwidth_gbs", "host_cores"):
+                "intra_node_bandwidth_gbs", "inter_node_bandwidth_gbs", "host_cores", "corun_slowdown",
+                "timeslice_slowdown"):
         assert "placeholder" not in hardware.sources[key].lower()
         assert "calibrate_cpu.py" in hardware.sources[key]
     for key in ("decode_step_overhead_s", "call_overhead_s", "weight_sync_fixed_s", "mode_switch_s"):

@@ -3,6 +3,7 @@ core, a generate call has a fixed cost) and processor sharing of the host's core
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 from hypothesis import given, settings
@@ -18,12 +19,13 @@ from mindspeed_rl_asp.sim.profiles import ProfileError, hardware_profile_from_co
 from mindspeed_rl_asp.sim.run import setup_from_config
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_setup(cores: int = 2):
-    """The cpu_local setup with ``cores`` shared cores and no co-running slowdown."""
+    """The cpu_local setup with ``cores`` shared cores and no co-running or time-slicing slowdown."""
     setup = setup_from_config(load_config(["hardware=cpu_local"]))
-    hw = dataclasses.replace(setup.instance.hardware, host_cores=cores, corun_slowdown=0.0)
+    hw = dataclasses.replace(setup.instance.hardware, host_cores=cores, corun_slowdown=0.0, timeslice_slowdown=0.0)
     return dataclasses.replace(setup, instance=dataclasses.replace(setup.instance, hardware=hw), host_cores=cores,
-                               corun_slowdown=0.0)
+                               corun_slowdown=0.0, timeslice_slowdown=0.0)
 
 
 class PricedCluster(SimCluster):
@@ -54,6 +56,7 @@ def test_the_cpu_profile_is_serial_on_shared_cores():
     assert setup.instance.engine.execution == "serial" and setup.instance.engine.call_overhead > 0
     assert setup.host_cores == setup.instance.hardware.host_cores >= 1
     assert setup.corun_slowdown == setup.instance.hardware.corun_slowdown >= 0
+    assert setup.timeslice_slowdown == setup.instance.hardware.timeslice_slowdown >= 0
 
 
 def test_serial_step_adds_overhead_compute_and_memory():
@@ -104,6 +107,17 @@ def test_busy_cores_slow_each_other_by_the_measured_share():
     assert ends(alone, 1)[c] == pytest.approx(1.0)            # one busy core runs at full speed
 
 
+def test_more_threads_than_cores_pay_the_time_slicing_share():
+    a, b, c = generate(0), generate(1), generate(2)
+    setup = dataclasses.replace(cpu_setup(2), corun_slowdown=0.25, timeslice_slowdown=0.5)
+    cluster = PricedCluster(setup, {a: 1.0, b: 1.0, c: 1.0})
+    for action in (a, b, c):
+        cluster.submit(action)
+    got = ends(cluster, 3)
+    # Three on two cores: each at (2/3) / (1.25 x 1.5) = 16/45 a second; all end together at 45/16.
+    assert [got[a], got[b], got[c]] == pytest.approx([45 / 16] * 3)
+
+
 def test_three_jobs_on_two_cores_run_at_two_thirds_until_one_ends():
     a, b, c = generate(0), generate(1), TrainStep(step=0, prompt_ids=("p0",), versions=(0,))
     cluster = PricedCluster(cpu_setup(2), {a: 1.0, b: 2.0, c: 2.0})
@@ -120,7 +134,7 @@ def test_a_report_ends_when_the_shared_work_really_ends():
     from mindspeed_rl_asp.sim.run import workload_from_config
 
     workload = workload_from_config(prompts_cfg)
-    cluster = SimCluster(dataclasses.replace(setup, host_cores=1, corun_slowdown=0.0),
+    cluster = SimCluster(dataclasses.replace(setup, host_cores=1, corun_slowdown=0.0, timeslice_slowdown=0.0),
                          {p.id: p for p in workload.prompts})
     ids = [p.id for p in workload.prompts[:2]]
     first, second = (Generate(actor=k, minibatch_id=f"m{k}", prompt_ids=(ids[k],), version=0) for k in (0, 1))
@@ -163,8 +177,9 @@ def test_host_cores_and_the_corun_slowdown_are_checked_and_sourced():
 
     base = OmegaConf.to_container(load_config(["hardware=cpu_local"]).hardware)
     assert hardware_profile_from_config({**base, "corun_slowdown": 0}).corun_slowdown == 0.0   # measured: none
+    assert hardware_profile_from_config({**base, "timeslice_slowdown": 0}).timeslice_slowdown == 0.0
     for key, value, words in (("host_cores", 1.5, "whole number"), ("host_cores", 0, "must be > 0"),
-                              ("corun_slowdown", -0.1, "must be > 0")):
+                              ("corun_slowdown", -0.1, "must be > 0"), ("timeslice_slowdown", -1, "must be > 0")):
         with pytest.raises(ProfileError, match=words):
             hardware_profile_from_config({**base, key: value})
     with pytest.raises(ProfileError, match="sources.host_cores"):

@@ -189,6 +189,7 @@ class HardwareConfig:
     prefill_compute_efficiency: Optional[float] = None
     host_cores: Optional[int] = None
     corun_slowdown: Optional[float] = None   # with host_cores: a core's slowdown while another is busy
+    timeslice_slowdown: Optional[float] = None   # with host_cores: extra CPU time of work time-sliced on a core
     sources: Dict[str, str] = field(default_factory=dict)
 
 

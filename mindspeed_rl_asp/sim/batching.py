@@ -98,10 +98,11 @@ def decode_steps_time(inst: Instance, batch: int, steps: int, kv_start: float, k
     return n * constant + k * d + linear
 
 
-def _prefill(inst: Instance, tokens: int) -> float:
+def _prefill(inst: Instance, tokens: int, squares: float) -> float:
+    """``tokens`` prompt tokens whose sequences' squared lengths sum to ``squares`` (attention)."""
     if tokens <= 0:
         return 0.0
-    return prefill_time(inst.model, inst.hardware, inst.devices, tokens, inst.engine.execution == "serial")
+    return prefill_time(inst.model, inst.hardware, inst.devices, tokens, inst.engine.execution == "serial", squares)
 
 
 def static_minibatch(inst: Instance, prompt_lengths: Sequence[int], response_lengths: Sequence[int]) -> MinibatchTiming:
@@ -115,7 +116,7 @@ def static_minibatch(inst: Instance, prompt_lengths: Sequence[int], response_len
         prompts = prompt_lengths[start:start + chunk]
         lengths = response_lengths[start:start + chunk]
         b, longest, padded_prompt = len(lengths), max(lengths), max(prompts)
-        pre = inst.engine.call_overhead + _prefill(inst, b * padded_prompt)
+        pre = inst.engine.call_overhead + _prefill(inst, b * padded_prompt, b * padded_prompt ** 2)
         # The first token comes out of the prefill; the rest are decode steps of the full batch.
         decode = decode_steps_time(inst, b, longest - 1, b * (padded_prompt + 1), b)
         duration += pre + decode
@@ -140,7 +141,7 @@ def continuous_minibatch(inst: Instance, prompt_lengths: Sequence[int],
     tail = 0.0
     steps = seq_steps = 0
     while waiting or remaining:
-        joined = 0
+        joined = joined_squares = 0
         while waiting and len(remaining) < inst.max_num_seqs:
             row = waiting[-1]
             need = prompt_lengths[row] + response_lengths[row]
@@ -150,8 +151,9 @@ def continuous_minibatch(inst: Instance, prompt_lengths: Sequence[int],
             reserved += need
             cached += prompt_lengths[row] + 1     # the prefill emits the first token
             joined += prompt_lengths[row]
+            joined_squares += prompt_lengths[row] ** 2
             remaining[row] = response_lengths[row] - 1
-        pre = _prefill(inst, joined)
+        pre = _prefill(inst, joined, joined_squares)
         t += pre
         prefill_total += pre
         done = [r for r, left in remaining.items() if left <= 0]
@@ -191,7 +193,7 @@ def lone_sequence_time(inst: Instance, prompt_tokens: int, response_tokens: int)
     bound of docs/simulator.md."""
     if response_tokens <= 0:
         return 0.0
-    return (_prefill(inst, max(prompt_tokens, 1))
+    return (_prefill(inst, max(prompt_tokens, 1), max(prompt_tokens, 1) ** 2)
             + decode_steps_time(inst, 1, response_tokens - 1, prompt_tokens + 1, 1))
 
 
@@ -201,5 +203,5 @@ def full_batch_token_rate(inst: Instance, mean_prompt: float, mean_response: flo
     prefill included per generated token: the zero-bubble rate the lower bound uses."""
     batch = max(1, min(inst.max_num_seqs, int(inst.kv_capacity_tokens // max(mean_prompt + mean_response, 1.0))))
     step = decode_steps_time(inst, batch, 1, batch * (mean_prompt + mean_response / 2.0), 0.0)
-    prefill = _prefill(inst, max(1, round(batch * mean_prompt)))
+    prefill = _prefill(inst, max(1, round(batch * mean_prompt)), batch * mean_prompt ** 2)
     return 1.0 / (step / batch + prefill / (batch * max(mean_response, 1.0)))

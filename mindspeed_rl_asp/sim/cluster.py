@@ -25,10 +25,12 @@ What each action costs (docs/simulator.md, "Cost of each action"):
 where the layout's logical nodes are processes on one host): a price is then the work's
 CPU seconds on a core of its own, and the work in flight shares the cores by processor
 sharing. With ``n`` pieces of work running on ``c`` cores each advances at
-``min(1, c / n) / (1 + s (b - 1))`` core-seconds per second, ``b = min(n, c)`` the busy
-cores and ``s`` the host's measured slowdown of a core beside a busy one
-(``hardware.corun_slowdown``: shared cache and memory bandwidth), so its end moves every
-time work starts or ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
+``min(1, c / n) / ((1 + s (b - 1)) (1 + t [n > c]))`` core-seconds per second, ``b =
+min(n, c)`` the busy cores, ``s`` the host's measured slowdown of a core beside a busy
+one (``hardware.corun_slowdown``: shared cache and memory bandwidth) and ``t`` the
+measured extra CPU time of work time-sliced with more threads than cores
+(``hardware.timeslice_slowdown``: cache refills after each switch), so its end moves
+every time work starts or ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
 actor and the trainer runs one thread (``engine.num_threads: 1``), so one piece of work
 is one runnable thread. Without ``host_cores`` every piece of work has devices of its
 own and ends at ``start + price``.
@@ -69,6 +71,7 @@ class SimSetup:
     grad_sync_s: float = 0.0     # exposed data-parallel gradient reduction per step
     host_cores: int = 0          # cores all work shares (processor sharing); 0: each has its own devices
     corun_slowdown: float = 0.0  # with host_cores: a core's slowdown while another core is busy
+    timeslice_slowdown: float = 0.0   # with host_cores: extra CPU time when threads outnumber cores
     train_padding_rows: int = 0  # the trainer pads micro-batches of this many rows (engine.train_layout: padded)
 
     def load_s(self) -> float:
@@ -128,7 +131,10 @@ class SimCluster:
         charge every running piece of work for the interval, and take the one that ended
         (its report's end is the clock: when it really ended, not ``start + price``)."""
         running, cores = len(self._sharing), self.setup.host_cores
-        rate = min(1.0, cores / running) / (1.0 + self.setup.corun_slowdown * (min(running, cores) - 1))
+        slowdown = 1.0 + self.setup.corun_slowdown * (min(running, cores) - 1)
+        if running > cores:
+            slowdown *= 1.0 + self.setup.timeslice_slowdown
+        rate = min(1.0, cores / running) / slowdown
         seq = min(self._sharing, key=lambda k: (self._sharing[k][0], k))
         interval = max(0.0, self._sharing[seq][0]) / rate   # a tie can leave -1e-17 behind
         self.clock += interval

@@ -258,7 +258,7 @@ def decode_crossover_batch(model: ModelProfile, hardware: HardwareProfile, devic
 
 
 def prefill_time(model: ModelProfile, hardware: HardwareProfile, devices: int, prompt_tokens: int,
-                 serial: bool = False) -> float:
+                 serial: bool = False, sum_squared_lengths: float = 0.0) -> float:
     """Seconds to prefill ``prompt_tokens`` tokens (all prompts of a batch together).
 
     Compute-bound: ``2 x matmul params x prompt tokens / (devices x peak x eff)``, ``eff``
@@ -266,11 +266,14 @@ def prefill_time(model: ModelProfile, hardware: HardwareProfile, devices: int, p
     profile measured prefill apart). It is floored by one read of the weights those
     tokens touch (the same roofline as a decode step), which only matters for a handful
     of tokens: a prefill is a forward pass and cannot beat streaming the weights once.
-    ``serial`` (a CPU engine): the read and the matmuls add up instead.
+    ``serial`` (a CPU engine): the read and the matmuls add up instead. Attention adds
+    ``model.attention_flops_coefficient x sum of L^2`` over the prompts (each ``L`` tokens
+    as the engine lays it out, padding included), as in a training forward.
     """
     _require(prompt_tokens >= 1, "prompt_tokens", prompt_tokens, ">= 1")
-    compute = 2.0 * model.matmul_params * prompt_tokens / (devices * hardware.peak_flops
-                                                           * hardware.prefill_efficiency)
+    _require(sum_squared_lengths >= 0, "sum_squared_lengths", sum_squared_lengths, ">= 0")
+    flops = 2.0 * model.matmul_params * prompt_tokens + model.attention_flops_coefficient * sum_squared_lengths
+    compute = flops / (devices * hardware.peak_flops * hardware.prefill_efficiency)
     weights = decode_memory_time(model, hardware, devices, prompt_tokens, 0)
     return compute + weights if serial else max(compute, weights)
 

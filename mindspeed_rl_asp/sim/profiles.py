@@ -296,6 +296,7 @@ class HardwareProfile:
     prefill_compute_efficiency: float = 0.0  # share of peak_flops a prefill reaches (0: inference_compute_efficiency)
     host_cores: int = 0                    # cores every process of the run shares (0: each has a device of its own)
     corun_slowdown: float = 0.0            # host_cores: how much slower a core runs while another core is busy
+    timeslice_slowdown: float = 0.0        # host_cores: how much more CPU the same work takes when time-sliced
 
     @property
     def prefill_efficiency(self) -> float:
@@ -326,6 +327,7 @@ HARDWARE_OPTIONAL = {
     "prefill_compute_efficiency": ("prefill_compute_efficiency", 1),
     "host_cores": ("host_cores", 1),
     "corun_slowdown": ("corun_slowdown", 1),
+    "timeslice_slowdown": ("timeslice_slowdown", 1),
 }
 
 
@@ -349,7 +351,7 @@ def hardware_profile_from_config(hardware: Any, prefix: str = "hardware") -> Har
         raw = _lookup(hardware, key, None)
         if raw is None or raw is _MISSING:
             continue
-        if key == "corun_slowdown" and raw == 0:   # a measured "no slowdown" is a valid answer
+        if key in ("corun_slowdown", "timeslice_slowdown") and raw == 0:   # a measured "no slowdown" is valid
             _require_source(problems, sources, key, prefix, fix_file)
             continue
         value = _positive_number(problems, hardware, key, prefix, fix_file)

@@ -71,7 +71,7 @@ def setup_from_config(cfg) -> SimSetup:
                     load_bandwidth=instance_load_bandwidth(cfg, hardware, engine, devices, link, colocated,
                                                            len(placement.generators)), switch_s=switch,
                     recompute=engine.recompute == "full", grad_sync_s=grad_sync, host_cores=hardware.host_cores,
-                    corun_slowdown=hardware.corun_slowdown,
+                    corun_slowdown=hardware.corun_slowdown, timeslice_slowdown=hardware.timeslice_slowdown,
                     train_padding_rows=cfg.rl.micro_batch_size if engine.train_layout == "padded" else 0)
 
 
