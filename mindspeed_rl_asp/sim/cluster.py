@@ -30,9 +30,9 @@ min(n, c)`` the busy cores, ``s`` the host's measured slowdown of a core beside 
 one (``hardware.corun_slowdown``: shared cache and memory bandwidth) and ``t`` the
 measured extra CPU time of work time-sliced with more threads than cores
 (``hardware.timeslice_slowdown``: cache refills after each switch), so its end moves
-every time work starts or ends; ``next_event`` advances the clock to the earliest end at the current rates. Each
-actor and the trainer runs one thread (``engine.num_threads: 1``), so one piece of work
-is one runnable thread. Without ``host_cores`` every piece of work has devices of its
+every time work starts or ends; ``next_event`` advances the clock to the earliest end at
+the current rates. Each actor and the trainer runs one thread (``engine.num_threads:
+1``), so one piece of work is one runnable thread. Without ``host_cores`` every piece of work has devices of its
 own and ends at ``start + price``.
 
 The reports it returns are those of the real actors (``MinibatchReport``, ``LoadReport``,
