@@ -271,9 +271,8 @@ def prefill_time(model: ModelProfile, hardware: HardwareProfile, devices: int, p
     as the engine lays it out, padding included), as in a training forward.
     """
     _require(prompt_tokens >= 1, "prompt_tokens", prompt_tokens, ">= 1")
-    _require(sum_squared_lengths >= 0, "sum_squared_lengths", sum_squared_lengths, ">= 0")
-    flops = 2.0 * model.matmul_params * prompt_tokens + model.attention_flops_coefficient * sum_squared_lengths
-    compute = flops / (devices * hardware.peak_flops * hardware.prefill_efficiency)
+    compute = forward_flops(model, prompt_tokens, sum_squared_lengths) / (
+        devices * hardware.peak_flops * hardware.prefill_efficiency)
     weights = decode_memory_time(model, hardware, devices, prompt_tokens, 0)
     return compute + weights if serial else max(compute, weights)
 
@@ -309,6 +308,16 @@ def kv_capacity_tokens(model: ModelProfile, hardware: HardwareProfile, engine: E
     return capacity
 
 
+def forward_flops(model: ModelProfile, tokens: int, sum_squared_lengths: float = 0.0) -> float:
+    """FLOPs of one forward pass over ``tokens`` tokens: ``2 x matmul params`` per token
+    plus attention, ``model.attention_flops_coefficient x sum of L^2`` over the sequences
+    (each ``L`` tokens long as laid out, padding included). A prefill is one; a training
+    step is several (:func:`training_flops`)."""
+    _require(tokens >= 0, "tokens", tokens, ">= 0")
+    _require(sum_squared_lengths >= 0, "sum_squared_lengths", sum_squared_lengths, ">= 0")
+    return 2.0 * model.matmul_params * tokens + model.attention_flops_coefficient * sum_squared_lengths
+
+
 def training_flops(model: ModelProfile, trained_tokens: int, extra_forwards: int = 0, sum_squared_lengths: float = 0.0,
                    recompute: bool = False) -> float:
     """FLOPs of a training step: ``passes x (2 x matmul params x tokens + attention)``
@@ -318,10 +327,8 @@ def training_flops(model: ModelProfile, trained_tokens: int, extra_forwards: int
     step's sequences (each of ``L`` prompt + response tokens)."""
     _require(trained_tokens >= 0, "trained_tokens", trained_tokens, ">= 0")
     _require(extra_forwards >= 0, "extra_forwards", extra_forwards, ">= 0")
-    _require(sum_squared_lengths >= 0, "sum_squared_lengths", sum_squared_lengths, ">= 0")
     passes = 3 + extra_forwards + (1 if recompute else 0)
-    forward = 2.0 * model.matmul_params * trained_tokens + model.attention_flops_coefficient * sum_squared_lengths
-    return passes * forward
+    return passes * forward_flops(model, trained_tokens, sum_squared_lengths)
 
 
 def padded_tokens(prompt_lengths: Sequence[int], response_lengths: Sequence[int], rows_per_batch: int
@@ -362,8 +369,8 @@ def padded_training_time(model: ModelProfile, hardware: HardwareProfile, devices
     update_tokens, update_squares = padded_tokens(prompt_lengths, response_lengths, rows_per_batch)
     step_tokens, step_squares = padded_tokens(prompt_lengths, response_lengths, max(1, len(response_lengths)))
     update = training_time(model, hardware, devices, update_tokens, 0, update_squares, recompute)
-    one_forward = training_time(model, hardware, devices, step_tokens, 0, step_squares) / 3.0   # 3 passes -> 1
-    return update + extra_forwards * one_forward
+    no_grad = extra_forwards * forward_flops(model, step_tokens, step_squares)
+    return update + no_grad / (devices * hardware.peak_flops * hardware.training_mfu)
 
 
 def gradient_sync_time(model: ModelProfile, hardware: HardwareProfile, devices: int, tp: int, pp: int, ep: int,
