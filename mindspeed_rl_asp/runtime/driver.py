@@ -377,14 +377,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         except Exception as error:   # the run cannot go on: summary.json says why, then one line for the user
             error = os_error_of(error)
             latest = last_checkpoint(checkpointer, resume)
-            line = first_line(error)
-            summary = summary_of_segment(failed=True, error=line, error_type=type(error).__name__,
-                                         error_detail=str(error), checkpoint=latest and str(latest),
-                                         resume_command=f"asp-train resume={run_dir}" if latest else None)
-            try:
-                write_summary(run_dir, summary)
-            except OSError:   # the disk that failed the run may fail this too: the error below says why
-                pass
+            write_failed_summary(run_dir, summary_of_segment(
+                **failure_fields(error), checkpoint=latest and str(latest),
+                resume_command=f"asp-train resume={run_dir}" if latest else None))
             raise with_resume_hint(error, run_dir, latest) from None
         finally:
             if recorder is not None:
@@ -410,12 +405,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             summary.update(interrupted=True, stage="final evaluation")
         except Exception as error:   # the training is kept; summary.json says the check failed and why
             error = os_error_of(error)
-            summary.update(failed=True, stage="final evaluation", error=first_line(error),
-                           error_type=type(error).__name__, error_detail=str(error))
-            try:
-                write_summary(run_dir, summary)
-            except OSError:
-                pass
+            write_failed_summary(run_dir, {**summary, **failure_fields(error), "stage": "final evaluation"})
             raise error from None
     write_summary(run_dir, summary)
     return summary
@@ -484,6 +474,21 @@ def actor_named(detail: str) -> str:
 
 def write_summary(run_dir: Path, summary: dict) -> None:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def failure_fields(error: BaseException) -> dict:
+    """What summary.json says of an error that ended the run (or its final check)."""
+    return {"failed": True, "error": first_line(error), "error_type": type(error).__name__,
+            "error_detail": str(error)}
+
+
+def write_failed_summary(run_dir: Path, summary: dict) -> None:
+    """summary.json of a failed run, as far as the disk allows: the disk that failed the run
+    may fail this write too, and then the error the caller raises says why."""
+    try:
+        write_summary(run_dir, summary)
+    except OSError:
+        pass
 
 
 def evaluate_initial_and_final(cfg, initial_path: str, final_path: str, training_prompts,
