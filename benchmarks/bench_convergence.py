@@ -141,8 +141,8 @@ def check_plans(modes: list[tuple[str, list[str]]]) -> dict[str, str]:
     """Validate each mode's config and build its plan and control core like ``asp-train
     --dry-run`` (refuses a plan the staleness and queue rules cannot run)."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.runtime.placement import plan_placement
-    from mindspeed_rl_asp.runtime.planning import make_control_core, plan_run
+    from mindspeed_rl_asp.config.placement import plan_placement
+    from mindspeed_rl_asp.schedule.planning import make_control_core, plan_run
     from mindspeed_rl_asp.tasks import make_task_prompts
     from omegaconf import OmegaConf
 

@@ -231,7 +231,7 @@ def real_run(overrides: list[str], repeats: int) -> dict:
     from mindspeed_rl_asp.config.load import load_config, make_run_dir
     from mindspeed_rl_asp.runtime.driver import run_training
     from mindspeed_rl_asp.runtime.ray_cluster import RayCluster
-    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+    from mindspeed_rl_asp.metrics.recorder import RunRecorder
 
     metrics: list[dict] = []
     per_run: list[dict] = []

@@ -1,6 +1,6 @@
 """The predictor in the loop, end to end: fifo, asp + reference lengths, asp + lm,
-asp + lm refitted between epochs (``scheduler.refit=history``, runtime/replan.py) and
-asp + ridge (``scheduler.predictor``, runtime/length_profile.py) on the same maze prompts.
+asp + lm refitted between epochs (``scheduler.refit=history``, schedule/epoch_report.py) and
+asp + ridge (``scheduler.predictor``, schedule/length_profile.py) on the same maze prompts.
 Not a test. Prints a markdown table (pasted into docs/scheduler.md, "Predictors in the
 loop") and, for runs of several epochs, a per-epoch table::
 
@@ -120,7 +120,7 @@ def score_on_rest(common: list[str], runs: dict[str, Path], samples: int) -> dic
     from mindspeed_rl_asp.config.load import load_config
     from mindspeed_rl_asp.config.validate import resolve_model_path
     from mindspeed_rl_asp.engines.hf import HFGenerationEngine
-    from mindspeed_rl_asp.runtime.length_profile import sample_lengths
+    from mindspeed_rl_asp.schedule.length_profile import sample_lengths
     from mindspeed_rl_asp.schedule.configured import configured_task
     from mindspeed_rl_asp.schedule.predictors import load_predictor, rank_quality
 

@@ -50,12 +50,12 @@ def profile(model: str = DEFAULT_MODEL, num_prompts: int = 600, seed: int = 0, s
             progress: bool = True) -> list[dict]:
     """Sample the policy; return one record per prompt (the JSONL lines, as dicts).
 
-    The sampling is the package's (``runtime/length_profile.sample_lengths``), the one
+    The sampling is the package's (``schedule/length_profile.sample_lengths``), the one
     ``asp-train scheduler.predictor=ridge|lm`` profiles its prompts with."""
     from tqdm import tqdm
 
     from mindspeed_rl_asp.engines.hf import HFGenerationEngine
-    from mindspeed_rl_asp.runtime.length_profile import profile_records, sample_lengths
+    from mindspeed_rl_asp.schedule.length_profile import profile_records, sample_lengths
     from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, make_dataset
 
     for name, value in (("num_prompts", num_prompts), ("samples_per_prompt", samples_per_prompt),
@@ -79,14 +79,14 @@ def profile(model: str = DEFAULT_MODEL, num_prompts: int = 600, seed: int = 0, s
 
 def write_jsonl(records: Sequence[dict], path: str | Path) -> None:
     """Write atomically (temp file + rename)."""
-    from mindspeed_rl_asp.runtime.length_profile import write_profile
+    from mindspeed_rl_asp.schedule.length_profile import write_profile
 
     write_profile(records, path)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Read a profile; each line needs id, prompt and a non-empty list of lengths."""
-    from mindspeed_rl_asp.runtime.length_profile import read_profile
+    from mindspeed_rl_asp.schedule.length_profile import read_profile
 
     return read_profile(path)
 

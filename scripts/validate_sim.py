@@ -23,7 +23,7 @@ What the simulator is given, per mode, so that it sees what the real run saw:
 * **the workload the real run produced**: every generation span of the run's
   ``timeline.jsonl`` carries its minibatch id, its response tokens and its longest
   response; the minibatch's prompts come from the run's plan, rebuilt with the runtime's
-  own planning (``runtime/planning.plan_run``) and checked against the run's
+  own planning (``schedule/planning.plan_run``) and checked against the run's
   ``plan.json``. Each prompt's n
   response lengths are rebuilt from those: the first row of the minibatch gets the
   longest length, the other rows share the rest evenly. Static batching (``engine.batching:
@@ -224,8 +224,8 @@ def plan_ids(path: Path) -> list[list[str]]:
 
 def run_minibatches(cfg, prompts, run_dir: Path) -> dict[str, list[str]]:
     """minibatch id -> prompt ids as the real run dispatched them: its plan rebuilt with the
-    runtime's own planning (``runtime/planning.plan_run``), checked against its plan.json."""
-    from mindspeed_rl_asp.runtime.planning import plan_run
+    runtime's own planning (``schedule/planning.plan_run``), checked against its plan.json."""
+    from mindspeed_rl_asp.schedule.planning import plan_run
 
     plan, _, minibatches = plan_run(cfg, prompts)
     if [list(mb.ids) for mb in plan.minibatches()] != plan_ids(run_dir / "plan.json"):

@@ -390,7 +390,7 @@ def test_a_dead_process_is_told_from_a_raised_error():
 def test_the_recorder_keeps_every_fault(tmp_path):
     import json
 
-    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+    from mindspeed_rl_asp.metrics.recorder import RunRecorder
 
     cfg, mbs = one_actor_setup(2)
     core = ControlCore(cfg, mbs)

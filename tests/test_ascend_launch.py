@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from mindspeed_rl_asp.config.load import list_group_options, load_config
 from mindspeed_rl_asp.runtime.launch import (TOKEN_PATH, 
     describe_wait, launch_commands, missing_resources, required_resources, wait_command, wait_for_cluster)
-from mindspeed_rl_asp.runtime.placement import NPU_RUNTIME_ENV, npu_actor_env, plan_placement
+from mindspeed_rl_asp.config.placement import NPU_RUNTIME_ENV, npu_actor_env, plan_placement
 
 REPO = Path(__file__).resolve().parents[1]
 LAYOUTS = list_group_options("layout")

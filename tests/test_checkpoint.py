@@ -309,7 +309,7 @@ def test_checkpoints_carry_their_time_and_spans_their_segment(tmp_path):
     from types import SimpleNamespace
 
     from mindspeed_rl_asp.runtime.checkpoint import Checkpointer
-    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+    from mindspeed_rl_asp.metrics.recorder import RunRecorder
 
     core = SimpleNamespace(trainer_version=1, consumed_ids=lambda: ["b"], dispatcher=SimpleNamespace(minibatches=[]),
                            snapshot=lambda: SimpleNamespace(age_histogram={}))

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from mindspeed_rl_asp.config.load import load_config
 from mindspeed_rl_asp.config.validate import ConfigError
 from mindspeed_rl_asp.engines.hf_fsdp import micro_batches, shard_rows
-from mindspeed_rl_asp.runtime.placement import plan_placement
+from mindspeed_rl_asp.config.placement import plan_placement
 from mindspeed_rl_asp.weights.collective import (FlatLayout, TransferError, Turns, WeightReceiver, WeightSender,
                                                  backend_for)
 from mindspeed_rl_asp.weights.store import DirectorySnapshots

@@ -364,10 +364,10 @@ def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup,
     """A checkpoint after version ``at`` is published (what runtime/checkpoint.py keeps: the
     dispatch list, refills and splits included, and the prompts trained), then a fresh core
     over the dispatch list minus what was trained, refilled past the epochs already used
-    (runtime/planning.refill_passes), as the driver builds it. Both segments have
+    (schedule/planning.refill_passes), as the driver builds it. Both segments have
     rejections at random; together they train every step, never one prompt id twice."""
     from mindspeed_rl_asp.runtime.checkpoint import remaining_minibatches
-    from mindspeed_rl_asp.runtime.planning import refill_passes
+    from mindspeed_rl_asp.schedule.planning import refill_passes
 
     cfg, mbs = setup
     total = sum(len(ids) for _, ids in mbs) // cfg.global_batch_size if cfg.total_steps is None else cfg.total_steps
@@ -390,7 +390,7 @@ def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup,
 def test_refills_of_a_resumed_list_use_new_minibatch_ids():
     """A resumed run's dispatch list holds its earlier refills (``r1.m0``); its own refills
     must not reuse them (hypothesis found refill(1) giving ``r1.m0`` again)."""
-    from mindspeed_rl_asp.runtime.planning import refill_passes
+    from mindspeed_rl_asp.schedule.planning import refill_passes
     from mindspeed_rl_asp.tasks import epoch_prompt_id
 
     # m0's untrained part (a split keeps its id) and the refill of m0 from before the resume

@@ -1,8 +1,8 @@
 """The shells' small pieces of dynamic sampling: the refill passes the core draws on
-(runtime/planning.refill_passes) and the observer that frees rejected groups' payloads."""
+(schedule/planning.refill_passes) and the observer that frees rejected groups' payloads."""
 from mindspeed_rl_asp.control.core import ControlConfig, ControlCore
 from mindspeed_rl_asp.control.loop import Done
-from mindspeed_rl_asp.runtime.planning import refill_passes
+from mindspeed_rl_asp.schedule.planning import refill_passes
 from mindspeed_rl_asp.runtime.ray_cluster import RayCluster, RejectedPayloads
 
 

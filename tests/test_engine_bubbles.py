@@ -93,7 +93,7 @@ def test_recorder_writes_slot_bubble_by_batching(tmp_path):
     import json
 
     from mindspeed_rl_asp.runtime.generation_unit import MinibatchReport
-    from mindspeed_rl_asp.runtime.recorder import RunRecorder
+    from mindspeed_rl_asp.metrics.recorder import RunRecorder
 
     lengths = [10] + [1] * 7
     out = {}

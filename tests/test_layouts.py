@@ -1,5 +1,5 @@
 """A T/G layout made from a device count (config/layouts.plan_layout), inference instances
-that span whole nodes (validate.layout_problems, runtime/placement), and the launch of a
+that span whole nodes (validate.layout_problems, config/placement), and the launch of a
 layout that has no file."""
 import pytest
 from omegaconf import OmegaConf
@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from mindspeed_rl_asp.config.layouts import LayoutRefused, Parallel, plan_layout
 from mindspeed_rl_asp.config.load import load_config
 from mindspeed_rl_asp.config.validate import ConfigError
-from mindspeed_rl_asp.runtime.placement import plan_placement
+from mindspeed_rl_asp.config.placement import plan_placement
 
 
 def split(plan):

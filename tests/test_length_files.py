@@ -3,7 +3,7 @@ predictor's profile, asp-schedule's predicted lengths, the simulator's replay) r
 bad file with LengthFileError naming file:line and the field, and reads a good one alike."""
 import pytest
 
-from mindspeed_rl_asp.runtime.length_profile import read_profile
+from mindspeed_rl_asp.schedule.length_profile import read_profile
 from mindspeed_rl_asp.schedule.length_files import LengthFileError, read_length_file
 from mindspeed_rl_asp.schedule.partition import ScheduleError
 from mindspeed_rl_asp.schedule.plan import read_items_jsonl

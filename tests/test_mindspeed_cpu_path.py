@@ -81,7 +81,7 @@ def test_mindspeed_placement_leaves_the_t_devices_to_mindspeed_rls_workers():
     from omegaconf import OmegaConf
 
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.runtime.placement import mindspeed_worker_bundles, plan_placement, trainer_holds_devices
+    from mindspeed_rl_asp.config.placement import mindspeed_worker_bundles, plan_placement, trainer_holds_devices
 
     cfg = load_config(["layout=ascend910b3_t4g4", "engine=mindspeed", "engine.mindspeed_config=x.yaml"],
                       validate=False)

@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import list_group_options, load_config
-from mindspeed_rl_asp.runtime.placement import plan_placement
+from mindspeed_rl_asp.config.placement import plan_placement
 
 REPO = Path(__file__).resolve().parents[1]
 

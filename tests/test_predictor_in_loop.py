@@ -7,8 +7,8 @@ import pytest
 
 from mindspeed_rl_asp.config.load import load_config
 from mindspeed_rl_asp.config.validate import ConfigError
-from mindspeed_rl_asp.runtime import length_profile
-from mindspeed_rl_asp.runtime.length_profile import profile_and_predict, split_profile
+from mindspeed_rl_asp.schedule import length_profile
+from mindspeed_rl_asp.schedule.length_profile import profile_and_predict, split_profile
 from mindspeed_rl_asp.schedule.predictors import (FeatureRidgePredictor, PredictorFileError, load_predictor,
                                                    save_predictor)
 from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, make_dataset
@@ -209,7 +209,7 @@ def test_asp_train_with_the_predictor_in_the_loop(ray_cluster, tmp_path, kind):
 
 
 def test_held_out_caveat_from_few_prompts_only():
-    from mindspeed_rl_asp.runtime.length_profile import MIN_HELD_OUT, held_out_caveat
+    from mindspeed_rl_asp.schedule.length_profile import MIN_HELD_OUT, held_out_caveat
 
     assert "only 2 held-out prompt(s)" in held_out_caveat(2) and "spreads by 1.00" in held_out_caveat(2)
     assert MIN_HELD_OUT == 20 and "spreads by 0.17" in held_out_caveat(19)

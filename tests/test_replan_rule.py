@@ -22,7 +22,7 @@ from mindspeed_rl_asp.schedule.plan import SchedulerParams, make_plan
 from mindspeed_rl_asp.schedule.refit import epoch_replan
 from mindspeed_rl_asp.tasks import base_prompt_id, prompt_epoch
 
-from mindspeed_rl_asp.runtime.planning import refill_passes
+from mindspeed_rl_asp.schedule.planning import refill_passes
 
 from test_control_rejection import RejectShell
 from test_replan import ReplanShell
@@ -247,7 +247,7 @@ def test_a_resumed_run_does_not_replan_epochs_it_replanned_or_started(tmp_path):
     """``refit_of_run``: the prior from the run's predicted_lengths.jsonl; epochs with a
     ``plan_e<e>.json`` and epochs of ids trained before are done; refit=none: no rule."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.runtime.replan import refit_of_run
+    from mindspeed_rl_asp.schedule.epoch_report import refit_of_run
 
     (tmp_path / "predicted_lengths.jsonl").write_text(
         "".join(json.dumps({"id": f"p{i}", "predicted_length": 10.0 + i}) + "\n" for i in range(4)))

@@ -27,7 +27,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..config.load import make_run_dir
-    from ..runtime.placement import plan_placement, trainer_holds_devices, worker_groups_of
+    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
 
     from ..schedule.configured import apply_predictor, configured_task
 
@@ -69,7 +69,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
         console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(worker_groups)}")
         return 0
     if dry_run:
-        from ..runtime.planning import make_control_core, plan_run
+        from ..schedule.planning import make_control_core, plan_run
 
         plan, epochs, minibatches = plan_run(cfg, task.prompts)
         make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
@@ -78,7 +78,7 @@ def train(cfg, dry_run: bool = False, overrides=()) -> int:
         console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
         console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
                       f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
-        from ..runtime.length_profile import describe_predictor
+        from ..schedule.length_profile import describe_predictor
 
         console.print(f"{predictor_note}; {describe_predictor(cfg, num_prompts)}")
         return 0

@@ -204,7 +204,7 @@ class SchedulerConfig:
     base_batch_size: int = 4
     slack: int = 1
     group_size: int = 2
-    # The predictor in the loop (runtime/length_profile.py, docs/scheduler.md "Predictors
+    # The predictor in the loop (schedule/length_profile.py, docs/scheduler.md "Predictors
     # in the loop"). ridge | lm: profile_share of the task's prompts are sampled
     # profile_samples times with the starting policy, the predictor is fitted on them but
     # the profile_holdout share of them (scored for rank quality) and predicts the rest.
@@ -216,7 +216,7 @@ class SchedulerConfig:
     profile_holdout: float = 0.25
     lengths_file: str = ""
     predictor_path: str = ""
-    # Refit between epochs (runtime/replan.py, docs/scheduler.md "Refit between epochs"):
+    # Refit between epochs (schedule/epoch_report.py, docs/scheduler.md "Refit between epochs"):
     # none: every epoch replays the first plan; history: as dispatch nears epoch e >= 1,
     # each prompt's length is (refit_weight x the plan's prediction + the sum of its
     # lengths observed so far) / (refit_weight + samples observed), and epoch e is

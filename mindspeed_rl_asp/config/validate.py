@@ -136,7 +136,7 @@ def batch_problems(cfg, training: bool) -> list[str]:
 
 
 def predictor_problems(sched) -> list[str]:
-    """The predictor in the loop (runtime/length_profile.py): shares, files, and which
+    """The predictor in the loop (schedule/length_profile.py): shares, files, and which
     predictor each key goes with."""
     p: list[str] = []
     kind = sched.predictor

@@ -154,7 +154,7 @@ def _cell(value, spec: str) -> str:
 
 def predictor_lines(run_dir: Path) -> list[str]:
     """The per-epoch predictor report of a run (``predictor_by_epoch.json``, written by
-    ``runtime/replan.py``) as text: per epoch the rank correlation of the lengths its plan
+    ``schedule/epoch_report.py``) as text: per epoch the rank correlation of the lengths its plan
     used and the observed ones, and the realised bubbles. [] when the run has none."""
     path = Path(run_dir) / "predictor_by_epoch.json"
     if not path.is_file():

@@ -1,7 +1,7 @@
 """Wire the roles and run async (or hybrid) GRPO on Ray. The loop is the one loop,
 ``control.loop.Loop``; this module builds the pieces from the config and cleans up.
 
-    plan = schedule the task's prompts            (offline, once: runtime/planning.py;
+    plan = schedule the task's prompts            (offline, once: schedule/planning.py;
                                                    a resumed run: its checkpoint's list)
     core = ControlCore(config, plan)              (pure decisions)
     actors = Generation Unit actors + Training Unit actor, placed from the layout
@@ -36,7 +36,7 @@ def _ray_options(placement_group, slot, resource: str, threads: int, extra_env: 
            # another copy (measured: publish + load about 35% faster, docs/benchmarks.md).
            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
     if resource == "NPU":  # MindSpeed-RL's Ascend environment, and only the slot's own NPUs visible
-        from .placement import npu_actor_env
+        from ..config.placement import npu_actor_env
 
         env.update(npu_actor_env(slot, os.environ))
     env.update(extra_env or {})
@@ -81,7 +81,7 @@ def mindspeed_trainer_setup(cfg, layout, engine_cfg: dict, pin_nodes: bool) -> t
     logical NPUs) and the environment of the processes that run MindSpeed-RL's code (its
     checkout, and with ``mindspeed_workers=cpu`` the NPU stand-ins, on PYTHONPATH)."""
     from ..integrations.mindspeed.job import worker_env
-    from .placement import mindspeed_worker_bundles
+    from ..config.placement import mindspeed_worker_bundles
 
     cpus = 0.0 if cfg.engine.mindspeed_workers == "cpu" else 1.0
     engine_cfg = {**engine_cfg, "mindspeed_bundles": mindspeed_worker_bundles(layout, cfg.mode.name, cpus, pin_nodes)}
@@ -94,7 +94,7 @@ def launched_by_asp_launch() -> bool:
     nodes' addresses; else (a local cluster, started here or joined by RAY_ADDRESS) all is local."""
     import ray
 
-    from .placement import node_resource
+    from ..config.placement import node_resource
 
     return node_resource(0) in ray.cluster_resources()
 
@@ -117,7 +117,7 @@ def start_segment(cfg, run_dir: Path, prompts, resume=None):
     if the caller found (and so verified) it already: verifying hashes every file of the
     checkpoint, once is enough."""
     from .checkpoint import ControlState, check_steps_left, find_resume_point, remaining_minibatches
-    from .planning import plan_run
+    from ..schedule.planning import plan_run
 
     if not cfg.resume:
         plan, epochs, minibatches = plan_run(cfg, prompts, run_dir=run_dir)
@@ -249,11 +249,11 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..schedule.configured import apply_predictor, configured_task
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
-    from .planning import make_control_core
+    from ..schedule.planning import make_control_core
     from .ray_cluster import RayCluster, RejectedPayloads
-    from .placement import plan_placement, trainer_holds_devices, worker_groups_of
-    from .recorder import RunRecorder, dynamic_sampling_summary
-    from .replan import make_epoch_observer, refit_of_run
+    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
+    from ..metrics.recorder import RunRecorder, dynamic_sampling_summary
+    from ..schedule.epoch_report import make_epoch_observer, refit_of_run
     from .transport import make_transport
     from .checkpoint import Checkpointer, merge_histograms
     from .interrupts import interrupt_signals

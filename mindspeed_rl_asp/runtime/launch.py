@@ -34,7 +34,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from .placement import RESOURCE_BY_DEVICE, node_resource
+from ..config.placement import RESOURCE_BY_DEVICE, node_resource
 
 RAY_PORT = 6379
 DASHBOARD_HOST = "127.0.0.1"   # the head's loopback: reach it with an SSH tunnel
@@ -178,7 +178,7 @@ def launch_commands(layout, mode_name: str, head_address: str, overrides: list[s
     :func:`wait_command` before it). ``node_env``: variables every node's Ray processes
     need (their workers inherit them from ``ray start``), written before each ``ray
     start`` and the driver, after the token settings (:func:`auth_env`); ``driver_env``:
-    variables of the driver only (its actors get them through runtime/placement.npu_actor_env)."""
+    variables of the driver only (its actors get them through config/placement.npu_actor_env)."""
     node_env = {**auth_env(os.path.expanduser(token_path)), **(node_env or {})}
     nodes = []
     for k in range(used_nodes(layout, mode_name)):

@@ -77,7 +77,7 @@ def task_items(cfg, prompts=None) -> list[tuple[str, float]]:
     if cfg.scheduler.predictor not in ("reference", "auto"):
         raise ConfigError(
             f"scheduler.predictor={cfg.scheduler.predictor!r} needs lengths observed from a policy: asp-train "
-            "profiles and fits it in the loop (runtime/length_profile.py); here give the lengths to asp-schedule "
+            "profiles and fits it in the loop (schedule/length_profile.py); here give the lengths to asp-schedule "
             "as input=FILE.jsonl (see docs/scheduler.md), or use scheduler.predictor=reference"
         )
     prompts = configured_task(cfg).prompts if prompts is None else prompts

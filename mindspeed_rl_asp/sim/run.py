@@ -2,8 +2,8 @@
 
     workload  = the length model (or a recorded lengths file)       sim.*
     predicted = lengths of the configured rank quality               sim.predictor_spearman
-    plan      = runtime/planning.plan_minibatches (the real planner) scheduler.*, mode.*
-    core      = runtime/planning.make_control_core (the real core)  rl.*, mode.*
+    plan      = schedule/planning.plan_minibatches (the real planner) scheduler.*, mode.*
+    core      = schedule/planning.make_control_core (the real core)  rl.*, mode.*
                 with the re-plan rule of scheduler.refit (schedule/refit.epoch_replan)
     drive(core, SimCluster(costs from the profiles), observers)     hardware.*, model.*, engine.*, layout.*
 
@@ -34,7 +34,7 @@ from .workload import LengthModel, Workload, plan_items, predict_lengths, replay
 def setup_from_config(cfg) -> SimSetup:
     """Profiles and layout -> what the cluster prices work with. Raises ``ProfileError``
     naming the key for a bad profile or an instance that cannot hold the model."""
-    from ..runtime.placement import plan_placement
+    from ..config.placement import plan_placement
 
     model = model_profile_from_config(cfg.model)
     hardware = hardware_profile_from_config(cfg.hardware)
@@ -129,10 +129,10 @@ def _train_parallel(cfg, train_devices: int) -> tuple[int, int, int]:
 
 def trainer_devices(cfg, all_devices: int, colocated: bool) -> int:
     """Devices one training step runs on. The hf trainer runs ``train.ranks`` processes,
-    one device each (runtime/placement; 1 by default, colocated or not); a Megatron
+    one device each (config/placement; 1 by default, colocated or not); a Megatron
     (mindspeed) trainer spans the T nodes, or every device when colocated."""
     if cfg.engine.name in ("hf", "vllm"):   # vllm generates; its trainer is the hf one
-        from ..runtime.placement import trainer_ranks
+        from ..config.placement import trainer_ranks
 
         return trainer_ranks(cfg.train.ranks, cfg.layout, cfg.mode.name)
     return all_devices if colocated else cfg.layout.train_nodes * cfg.layout.devices_per_node
@@ -284,7 +284,7 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     """Simulate ``cfg.steps`` steps of the configured run; see the module docstring.
     ``predicted`` (prompt id -> length) replaces the predictions of rank quality
     ``sim.predictor_spearman``: e.g. the lengths a real run's predictor gave its planner."""
-    from ..runtime.planning import make_control_core, plan_minibatches
+    from ..schedule.planning import make_control_core, plan_minibatches
     from ..tasks import epochs_needed
 
     setup = setup_from_config(cfg)
@@ -303,7 +303,7 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     devices = layout.nodes * layout.devices_per_node
     gen_devices = devices if setup.colocated else layout.gen_nodes * layout.devices_per_node
     if run_dir is not None:
-        from ..runtime.recorder import RunRecorder
+        from ..metrics.recorder import RunRecorder
 
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -334,8 +334,8 @@ def sim_refit(cfg, items):
 
 
 def sim_replan_observer(cfg, items, run_dir: Path):
-    """The real run's re-plan and predictor report (``runtime/replan.EpochReplanner``)."""
-    from ..runtime.replan import EpochReplanner
+    """The real run's re-plan and predictor report (``schedule/epoch_report.EpochReplanner``)."""
+    from ..schedule.epoch_report import EpochReplanner
 
     sched = cfg.scheduler
     return EpochReplanner(run_dir, dict(items), cfg.rl.n_samples_per_prompt, refit=str(getattr(sched, "refit", "none")),

@@ -1161,7 +1161,7 @@ def import_job(job: Mapping[str, Any], model_group: Optional[Mapping[str, Any]],
     env = {k.split(".", 1)[1]: str(b.values.pop(k)) for k in [k for k in b.values if k.startswith("env.")]}
     if env:
         b.ignore("rl_config.hccl_buffersize", f"HCCL_BUFFSIZE={env['HCCL_BUFFSIZE']} in the driver's environment, "
-                 "which every NPU actor inherits (runtime/placement.npu_actor_env)")
+                 "which every NPU actor inherits (config/placement.npu_actor_env)")
     groups = [f"{g}={_format(b.values[g])}" for g in GROUPS if g in b.values]
     keys = [f"{k}={_format(v)}" for k, v in b.values.items() if k not in GROUPS]
     return ImportResult(tuple(groups + keys), tuple(b.ignored), layout, name, source, sizes, env)

@@ -8,7 +8,7 @@ job with its ``defaults`` (its ``model/NAME.yaml``); MindSpeed-RL's own
 ``parse_training_config`` builds its config classes from the DictConfig sections and runs
 ``validate_rl_args``; its KL controller; a ``RayActorGroup`` of ``IntegratedWorker`` ranks
 (actor and reference in one, as its GRPO requires) on placement groups ASP made for the T
-devices (``runtime/placement.mindspeed_worker_bundles``). ``engine.mindspeed_workers=npu``:
+devices (``config/placement.mindspeed_worker_bundles``). ``engine.mindspeed_workers=npu``:
 MindSpeed-RL's ``IntegratedWorker`` (Megatron) with ``asp_state_dict`` added;
 ``cpu``: ``cpu_workers.CPUIntegratedWorker``, the same methods over the hf engine with
 MindSpeed-RL's loss, so the whole orchestration runs on a machine without NPUs.

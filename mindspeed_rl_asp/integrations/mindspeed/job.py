@@ -12,7 +12,7 @@ What MindSpeed-RL does, and what this module does with it:
    gave the actor the Training Unit's devices (MindSpeed-RL's ``actor_resource.num_npus``
    is the whole colocated job; under ASP the actor has the T nodes only).
 3. ``RayActorGroup(worker=IntegratedWorker, placement_group=...)``: ASP passes its own
-   placement groups (``runtime/placement.mindspeed_worker_bundles``: one per T node, a
+   placement groups (``config/placement.mindspeed_worker_bundles``: one per T node, a
    bundle per device), so
    MindSpeed-RL never builds STRICT_PACK groups over devices ASP's actors already hold.
 4. The trainer's KL controller: :func:`make_kl_controller`, MindSpeed-RL's own

@@ -107,7 +107,7 @@ def node_resource(node: int) -> str:
 
 def trainer_ranks(ranks, layout, mode_name: str) -> int:
     """``train.ranks`` as a number: ``auto`` is every training device."""
-    from ..config.schema import training_devices
+    from .schema import training_devices
 
     return training_devices(layout, mode_name) if ranks == "auto" else int(ranks)
 

@@ -25,9 +25,9 @@ from typing import Callable
 
 from ..control.core import AwaitActor, Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Observer
-from ..metrics.timeline import (Span, idle_fraction, padding_bubble, running_capacity, slot_bubble,
+from .timeline import (Span, idle_fraction, padding_bubble, running_capacity, slot_bubble,
                                 slot_use, tail_step_share)
-from ..metrics.writer import MetricsWriter
+from .writer import MetricsWriter
 
 
 class RunRecorder(Observer):

@@ -1,10 +1,10 @@
 """The per-epoch predictor report and the re-plan records: an observer of the one loop.
 
-The plan is made once, before training, from predicted lengths (runtime/planning.py),
+The plan is made once, before training, from predicted lengths (schedule/planning.py),
 and replayed every epoch. With ``scheduler.refit=history`` the control core re-plans each
 later epoch from the lengths it observed (the rule: ``control/replan.py``; the planning
 function and its statistics: ``schedule/refit.py``; :func:`refit_of_run` builds the rule
-for a run, and ``runtime/planning.make_control_core`` gives it to the core, for the Ray
+for a run, and ``schedule/planning.make_control_core`` gives it to the core, for the Ray
 driver and the simulator alike). This observer decides nothing: it reads what the core
 recorded (``ControlCore.replans``) and what the events report, and writes:
 
@@ -30,8 +30,8 @@ from ..control.core import Generate
 from ..control.loop import Done, Observer
 from ..control.replan import ReplanRecord, lengths_by_prompt
 from ..metrics.timeline import padding_bubble, running_capacity, slot_bubble
-from ..schedule.refit import blend_lengths, order_bubble, rank_stats
 from ..tasks import base_prompt_id, prompt_epoch
+from .refit import blend_lengths, order_bubble, rank_stats
 
 __all__ = ["EpochReplanner", "make_epoch_observer", "refit_of_run", "blend_lengths", "lengths_per_prompt",
            "rank_stats", "minibatch_epoch", "order_bubble", "REPLAN_FILE", "REPORT_FILE"]
@@ -160,8 +160,8 @@ def first_plan_lengths(cfg, prompts, run_dir: Path) -> tuple[dict[str, float], O
     """Base id -> the length the first plan used (the task's reference lengths, or
     ``run_dir/predicted_lengths.jsonl`` that the predictor in the loop wrote), and None;
     or ``({}, why)`` for a run directory from before that file existed (resumed)."""
-    from ..schedule.configured import task_items
-    from ..schedule.plan import read_items_jsonl
+    from .configured import task_items
+    from .plan import read_items_jsonl
     from .length_profile import PREDICTED_LENGTHS
 
     lengths_file = Path(run_dir) / PREDICTED_LENGTHS
@@ -178,8 +178,8 @@ def refit_of_run(cfg, prompts, run_dir: Path, taken: Sequence[str] = ()):
     A resumed run does not re-plan the epochs its earlier segments re-planned
     (``plan_e<e>.json``) or started (an epoch of ``taken``, the ids trained before): the
     checkpoint's dispatch list holds their plan, and their ids are spoken for."""
-    from ..schedule.configured import build_plan
-    from ..schedule.refit import epoch_replan
+    from .configured import build_plan
+    from .refit import epoch_replan
 
     sched = cfg.scheduler
     prior, why_not = first_plan_lengths(cfg, prompts, run_dir)

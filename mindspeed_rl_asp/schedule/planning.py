@@ -19,8 +19,8 @@ def plan_minibatches(cfg, items: Sequence[tuple[str, float]], epochs: int):
     """The plan (for ``plan.json``) and the ``(minibatch id, prompt ids)`` the core
     dispatches, for ``items`` = (prompt id, predicted length): one pass planned and
     replayed once per pass; planned step by step when :func:`steps_must_align`."""
-    from ..schedule.configured import build_plan, repeat_for_epochs, step_aligned_plan
-    from ..schedule.plan import SchedulerParams
+    from .configured import build_plan, repeat_for_epochs, step_aligned_plan
+    from .plan import SchedulerParams
 
     if steps_must_align(cfg.mode):
         return step_aligned_plan(items, SchedulerParams.from_mapping(cfg.scheduler),
@@ -33,12 +33,12 @@ def run_items(cfg, prompts, run_dir=None, log=None) -> list[tuple[str, float]]:
     """(prompt id, predicted length) for the task's ``prompts`` from ``scheduler.predictor``.
 
     ``reference``: the task's reference lengths. ``ridge`` / ``lm`` / ``history``: the
-    predictor in the loop (:func:`~mindspeed_rl_asp.runtime.length_profile.profile_and_predict`:
+    predictor in the loop (:func:`~mindspeed_rl_asp.schedule.length_profile.profile_and_predict`:
     profile with the starting policy, fit, predict; its files go into ``run_dir``).
     Without ``run_dir`` (the dry run) the policy is neither sampled nor loaded: ``history``
     still reads its lengths file, ``ridge`` / ``lm`` plan every prompt at the generation
     budget (``generate.sampling_config.max_tokens``)."""
-    from ..schedule.configured import apply_predictor, task_items
+    from .configured import apply_predictor, task_items
 
     apply_predictor(cfg, prompts)   # auto made concrete (a no-op when the caller did it)
     sched = cfg.scheduler
@@ -68,7 +68,7 @@ def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None
     resumed run: the steps left; with ``algo.filter_groups`` the core refills from
     :func:`refill_passes`, past the epochs of ``taken``: a resumed run's prompt ids already
     trained; ``replan``: the re-plan rule of ``scheduler.refit``, ``control.replan.EpochReplan``,
-    from ``runtime/replan.refit_of_run`` or ``schedule/refit.epoch_replan``); a plan the
+    from ``schedule/epoch_report.refit_of_run`` or ``schedule/refit.epoch_replan``); a plan the
     control rules cannot run (for example hybrid
     mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError

@@ -103,7 +103,7 @@ def write_profile(records: Sequence[dict], path: str | Path) -> None:
 def read_profile(path: str | Path) -> list[dict]:
     """Read a profile; each line needs id, prompt and observed lengths (a bad one raises
     ``schedule/length_files.LengthFileError``). Records as written, ``lengths`` a list."""
-    from ..schedule.length_files import read_length_file
+    from .length_files import read_length_file
 
     return [dict(r.fields, lengths=list(r.lengths)) for r in read_length_file(path, "observed", ("prompt",))]
 
@@ -127,7 +127,7 @@ PREDICTED_LENGTHS = "predicted_lengths.jsonl"
 def write_predicted_lengths(items: Sequence[tuple[str, float]], run_dir: str | Path) -> Path:
     """The lengths the plan is made from, one ``{"id", "predicted_length"}`` line per
     prompt (``asp-schedule input=``'s format), as ``run_dir/predicted_lengths.jsonl``:
-    the refit between epochs (runtime/replan.py) blends its observations with them."""
+    the refit between epochs (schedule/epoch_report.py) blends its observations with them."""
     path = Path(run_dir) / PREDICTED_LENGTHS
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -168,7 +168,7 @@ def held_out_caveat(prompts: int) -> str | None:
 
 
 def _quality(predicted, observed) -> dict | None:
-    from ..schedule.predictors import rank_quality
+    from .predictors import rank_quality
 
     if len(observed) < 2:
         return None
@@ -181,7 +181,7 @@ def _quality(predicted, observed) -> dict | None:
 # --------------------------------------------------------------------------- the loop
 def _make_predictor(cfg, kind: str):
     from ..config.validate import resolve_model_path
-    from ..schedule.predictors import PREDICTORS
+    from .predictors import PREDICTORS
 
     if kind == "lm":
         return PREDICTORS["lm"](model_path=resolve_model_path(cfg.model.path), device=cfg.engine.device,
@@ -221,7 +221,7 @@ def profile_and_predict(cfg, prompts: Sequence, run_dir: str | Path | None = Non
                         log: Callable[[str], None] | None = None) -> tuple[list[tuple[str, float]], dict]:
     """(prompt id, predicted length) for every prompt of ``prompts`` (in their order), and
     the report written to ``run_dir/predictor.json`` (see the module docstring)."""
-    from ..schedule.predictors import HistoryPredictor, FeatureRidgePredictor, load_predictor
+    from .predictors import HistoryPredictor, FeatureRidgePredictor, load_predictor
 
     s = cfg.scheduler
     kind = s.predictor
