@@ -92,7 +92,7 @@ def test_window_aggregates_are_weighted(groups):
 def test_recorder_writes_slot_bubble_by_batching(tmp_path):
     import json
 
-    from mindspeed_rl_asp.runtime.generation_unit import MinibatchReport
+    from mindspeed_rl_asp.control.reports import MinibatchReport
     from mindspeed_rl_asp.metrics.recorder import RunRecorder
 
     lengths = [10] + [1] * 7

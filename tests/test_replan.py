@@ -443,7 +443,8 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
 def test_a_run_directory_without_predicted_lengths_only_reports(tmp_path):
     """A run resumed from a directory written before predicted_lengths.jsonl existed."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.schedule.epoch_report import make_epoch_observer, refit_of_run
+    from mindspeed_rl_asp.schedule.epoch_report import make_epoch_observer
+    from mindspeed_rl_asp.schedule.planning import refit_of_run
 
     cfg = load_config(["scheduler.predictor=ridge", "scheduler.refit=history"])
     replanner = make_epoch_observer(cfg, [], tmp_path)

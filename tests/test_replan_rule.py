@@ -247,7 +247,7 @@ def test_a_resumed_run_does_not_replan_epochs_it_replanned_or_started(tmp_path):
     """``refit_of_run``: the prior from the run's predicted_lengths.jsonl; epochs with a
     ``plan_e<e>.json`` and epochs of ids trained before are done; refit=none: no rule."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.schedule.epoch_report import refit_of_run
+    from mindspeed_rl_asp.schedule.planning import refit_of_run
 
     (tmp_path / "predicted_lengths.jsonl").write_text(
         "".join(json.dumps({"id": f"p{i}", "predicted_length": 10.0 + i}) + "\n" for i in range(4)))

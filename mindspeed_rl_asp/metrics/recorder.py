@@ -8,7 +8,7 @@ training step). Bubbles are measured over the window since the previous step.
 submitted and every event with the cluster's clock, so the Ray runtime (wall clock) and
 the simulator (virtual clock) write the same files. The events' ``info`` is the
 cluster's report: ``MinibatchReport`` for generation, ``LoadReport`` for a load,
-``StepReport`` for a train step (``runtime/generation_unit.py``, ``training_unit.py``).
+``StepReport`` for a train step (``control/reports.py``).
 
 Bubbles per engine (``metrics/timeline.py``): ``padding_bubble`` is always the static
 padding measure; ``slot_bubble`` is the one of the engine's batching (``engine.batching``:

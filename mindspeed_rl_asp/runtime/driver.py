@@ -253,7 +253,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from .ray_cluster import RayCluster, RejectedPayloads
     from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
     from ..metrics.recorder import RunRecorder, dynamic_sampling_summary
-    from ..schedule.epoch_report import make_epoch_observer, refit_of_run
+    from ..schedule.epoch_report import make_epoch_observer
+    from ..schedule.planning import refit_of_run
     from .transport import make_transport
     from .checkpoint import Checkpointer, merge_histograms
     from .interrupts import interrupt_signals

@@ -29,9 +29,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from ..control.reports import LoadReport, MinibatchReport
 
 
 def restart_options(actor_restarts) -> dict:
@@ -88,42 +90,6 @@ class SampleGroup:
     @property
     def lengths(self) -> list[int]:
         return [len(r) for r in self.response_ids]
-
-
-@dataclass
-class MinibatchReport:
-    """What the Control Unit learns from a finished minibatch (no token payload)."""
-
-    minibatch_id: str
-    actor: int
-    version: int
-    start: float
-    end: float
-    lengths: list[int] = field(default_factory=list)
-    # prompt id -> the filter metric of each sample (algo.filter_groups_metric), when scored here
-    rewards: dict[str, list[float]] | None = None
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.lengths)
-
-
-@dataclass
-class LoadReport:
-    """``start``..``end``: the actor not generating because of this refresh. With the
-    collective transport, ``wait_s`` of it waited for buckets still arriving, ``swap_s``
-    copied the complete version into the engine, and ``transfer_s`` is how long the
-    transfer took (on the transport thread, overlapping generation when prefetched)."""
-
-    actor: int
-    version: int
-    start: float
-    end: float
-    transport: str = "object_store"
-    bytes: int = 0
-    wait_s: float = 0.0
-    swap_s: float = 0.0
-    transfer_s: float = 0.0
 
 
 def generation_scoring(cfg, task_cfg: dict, import_roots, reward_names) -> dict | None:

@@ -17,18 +17,8 @@ transport (``open_weight_sender``, ``send_weights`` on a transport thread).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
-
-@dataclass
-class StepReport:
-    step: int
-    version: int
-    start: float
-    end: float
-    metrics: dict
-    # What the model wrote (record.rollouts): one record per sample, ``rollout_records``.
-    rollouts: list = field(default_factory=list)
+from ..control.reports import StepReport
 
 
 def rollout_records(rows, scores, advantages, decode, limit: int) -> list[dict]:

@@ -3,7 +3,7 @@
 The plan is made once, before training, from predicted lengths (schedule/planning.py),
 and replayed every epoch. With ``scheduler.refit=history`` the control core re-plans each
 later epoch from the lengths it observed (the rule: ``control/replan.py``; the planning
-function and its statistics: ``schedule/refit.py``; :func:`refit_of_run` builds the rule
+function and its statistics: ``schedule/refit.py``; ``schedule/planning.refit_of_run`` builds the rule
 for a run, and ``schedule/planning.make_control_core`` gives it to the core, for the Ray
 driver and the simulator alike). This observer decides nothing: it reads what the core
 recorded (``ControlCore.replans``) and what the events report, and writes:
@@ -33,7 +33,7 @@ from ..metrics.timeline import padding_bubble, running_capacity, slot_bubble
 from ..tasks import base_prompt_id, prompt_epoch
 from .refit import blend_lengths, order_bubble, rank_stats
 
-__all__ = ["EpochReplanner", "make_epoch_observer", "refit_of_run", "blend_lengths", "lengths_per_prompt",
+__all__ = ["EpochReplanner", "make_epoch_observer", "blend_lengths", "lengths_per_prompt",
            "rank_stats", "minibatch_epoch", "order_bubble", "REPLAN_FILE", "REPORT_FILE"]
 
 REPLAN_FILE = "replan.jsonl"
@@ -156,44 +156,12 @@ class EpochReplanner(Observer):
         return path
 
 
-def first_plan_lengths(cfg, prompts, run_dir: Path) -> tuple[dict[str, float], Optional[str]]:
-    """Base id -> the length the first plan used (the task's reference lengths, or
-    ``run_dir/predicted_lengths.jsonl`` that the predictor in the loop wrote), and None;
-    or ``({}, why)`` for a run directory from before that file existed (resumed)."""
-    from .configured import task_items
-    from .plan import read_items_jsonl
-    from .length_profile import PREDICTED_LENGTHS
-
-    lengths_file = Path(run_dir) / PREDICTED_LENGTHS
-    if cfg.scheduler.predictor == "reference":
-        return dict(task_items(cfg, prompts)), None
-    if lengths_file.is_file():
-        return dict(read_items_jsonl(lengths_file)), None
-    return {}, f"no {PREDICTED_LENGTHS} in the run directory: no refit, no rank correlation"
-
-
-def refit_of_run(cfg, prompts, run_dir: Path, taken: Sequence[str] = ()):
-    """The core's re-plan rule for a run (``schedule.refit.epoch_replan`` over the run's
-    planner), or None with ``scheduler.refit=none`` or without the first plan's lengths.
-    A resumed run does not re-plan the epochs its earlier segments re-planned
-    (``plan_e<e>.json``) or started (an epoch of ``taken``, the ids trained before): the
-    checkpoint's dispatch list holds their plan, and their ids are spoken for."""
-    from .configured import build_plan
-    from .refit import epoch_replan
-
-    sched = cfg.scheduler
-    prior, why_not = first_plan_lengths(cfg, prompts, run_dir)
-    if str(getattr(sched, "refit", "none")) == "none" or why_not is not None:
-        return None
-    done = {int(p.stem[len("plan_e"):]) for p in Path(run_dir).glob("plan_e*.json")
-            if p.stem[len("plan_e"):].isdigit()} | {prompt_epoch(p) for p in taken}
-    return epoch_replan(lambda items: build_plan(cfg, items), prior, float(getattr(sched, "refit_weight", 4.0)), done)
-
-
 def make_epoch_observer(cfg, prompts, run_dir: Path, start: float = 0.0) -> EpochReplanner:
     """The re-plan and predictor report of a run: the first plan's lengths
-    (:func:`first_plan_lengths`), ``scheduler.refit`` / ``refit_weight``, the engine's
+    (``schedule/planning.first_plan_lengths``), ``scheduler.refit`` / ``refit_weight``, the engine's
     batching for the bubbles."""
+    from .planning import first_plan_lengths
+
     sched = cfg.scheduler
     prior, why_not = first_plan_lengths(cfg, prompts, run_dir)
     describe = {"scheduler": sched.name, "predictor": sched.predictor, **({"note": why_not} if why_not else {})}

@@ -47,8 +47,7 @@ from typing import Mapping, Sequence
 from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
 from ..control.loop import Done, Event
 from ..control.policy_age import age_histogram, age_metrics
-from ..runtime.generation_unit import LoadReport, MinibatchReport
-from ..runtime.training_unit import StepReport
+from ..control.reports import LoadReport, MinibatchReport, StepReport
 from ..tasks import base_prompt_id
 from .batching import Instance, MinibatchTiming, minibatch_timing
 from .costs import padded_training_time, training_time, weight_transfer_time
