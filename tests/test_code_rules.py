@@ -46,6 +46,29 @@ def test_control_imports_only_the_standard_library():
     assert not bad, "control/ may import only the standard library and itself: " + ", ".join(bad)
 
 
+def runtime_imports(source: str) -> set[str]:
+    """The modules of ``mindspeed_rl_asp.runtime`` that a sim/ module's ``source`` imports,
+    absolute or relative (``..runtime``), at any depth."""
+    return {name for name in imported_modules(source)
+            if name in ("..runtime", "mindspeed_rl_asp.runtime")
+            or name.startswith(("..runtime.", "mindspeed_rl_asp.runtime."))}
+
+
+def test_runtime_imports_sees_deferred_absolute_and_relative_imports():
+    source = ("from ..runtime import driver\ndef f():\n    from ..runtime.placement import x\n"
+              "    import mindspeed_rl_asp.runtime.recorder\nfrom ..control.reports import StepReport\n")
+    assert runtime_imports(source) == {"..runtime", "..runtime.placement", "mindspeed_rl_asp.runtime.recorder"}
+
+
+def test_sim_imports_nothing_from_runtime():
+    """The simulator and the Ray runtime are two shells beside each other around the same
+    core: what both need (report types, planning, placement, the recorder) lives below
+    them, so the simulator runs where Ray and the actors' code do not."""
+    bad = sorted(f"{path.name}: {name}" for path in sorted((PACKAGE_DIR / "sim").rglob("*.py"))
+                 for name in runtime_imports(path.read_text(encoding="utf-8")))
+    assert not bad, "sim/ may not import runtime/ (move what both need below them): " + ", ".join(bad)
+
+
 def assert_lines(source: str) -> list[int]:
     """Line numbers of every ``assert`` statement in ``source``, at any depth."""
     return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assert)]
