@@ -46,27 +46,30 @@ def test_control_imports_only_the_standard_library():
     assert not bad, "control/ may import only the standard library and itself: " + ", ".join(bad)
 
 
-def runtime_imports(source: str) -> set[str]:
-    """The modules of ``mindspeed_rl_asp.runtime`` that a sim/ module's ``source`` imports,
-    absolute or relative (``..runtime``), at any depth."""
+def subpackage_imports(source: str, subpackage: str) -> set[str]:
+    """The modules of ``mindspeed_rl_asp.<subpackage>`` that a module's ``source`` imports
+    from a sibling subpackage, absolute or relative (``..<subpackage>``), at any depth."""
+    roots = (f"..{subpackage}", f"mindspeed_rl_asp.{subpackage}")
     return {name for name in imported_modules(source)
-            if name in ("..runtime", "mindspeed_rl_asp.runtime")
-            or name.startswith(("..runtime.", "mindspeed_rl_asp.runtime."))}
+            if name in roots or name.startswith(tuple(root + "." for root in roots))}
 
 
-def test_runtime_imports_sees_deferred_absolute_and_relative_imports():
+def test_subpackage_imports_sees_deferred_absolute_and_relative_imports():
     source = ("from ..runtime import driver\ndef f():\n    from ..runtime.placement import x\n"
-              "    import mindspeed_rl_asp.runtime.recorder\nfrom ..control.reports import StepReport\n")
-    assert runtime_imports(source) == {"..runtime", "..runtime.placement", "mindspeed_rl_asp.runtime.recorder"}
+              "    import mindspeed_rl_asp.runtime.recorder\nfrom ..control.reports import StepReport\n"
+              "from ..runtimes import y\n")
+    assert subpackage_imports(source, "runtime") == {"..runtime", "..runtime.placement",
+                                                     "mindspeed_rl_asp.runtime.recorder"}
 
 
-def test_sim_imports_nothing_from_runtime():
+@pytest.mark.parametrize("shell, peer", [("sim", "runtime"), ("runtime", "sim")])
+def test_sim_and_runtime_are_peers(shell, peer):
     """The simulator and the Ray runtime are two shells beside each other around the same
     core: what both need (report types, planning, placement, the recorder) lives below
     them, so the simulator runs where Ray and the actors' code do not."""
-    bad = sorted(f"{path.name}: {name}" for path in sorted((PACKAGE_DIR / "sim").rglob("*.py"))
-                 for name in runtime_imports(path.read_text(encoding="utf-8")))
-    assert not bad, "sim/ may not import runtime/ (move what both need below them): " + ", ".join(bad)
+    bad = sorted(f"{path.name}: {name}" for path in sorted((PACKAGE_DIR / shell).rglob("*.py"))
+                 for name in subpackage_imports(path.read_text(encoding="utf-8"), peer))
+    assert not bad, f"{shell}/ may not import {peer}/ (move what both need below them): " + ", ".join(bad)
 
 
 def assert_lines(source: str) -> list[int]:
