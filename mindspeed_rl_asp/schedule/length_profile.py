@@ -221,93 +221,127 @@ def profile_and_predict(cfg, prompts: Sequence, run_dir: str | Path | None = Non
                         log: Callable[[str], None] | None = None) -> tuple[list[tuple[str, float]], dict]:
     """(prompt id, predicted length) for every prompt of ``prompts`` (in their order), and
     the report written to ``run_dir/predictor.json`` (see the module docstring)."""
-    from .predictors import HistoryPredictor, FeatureRidgePredictor, load_predictor
-
     s = cfg.scheduler
-    kind = s.predictor
     run_dir = Path(run_dir) if run_dir is not None else None
     say = log or (lambda _m: None)
-    texts = [p.prompt for p in prompts]
-    report: dict = {"kind": kind, "prompts": len(prompts)}
     started = time.perf_counter()
-
-    if kind == "history":
-        records = read_profile(s.lengths_file)
-        fit_idx, held_idx = split_profile(len(records), 1.0, s.profile_holdout, int(cfg.seed))
-        rec_text = [r["prompt"] for r in records]
-        rec_mean = np.array([float(np.mean(r["lengths"])) for r in records])
-
-        def fit_on(idx):
-            xs = [rec_text[i] for i in idx for _ in records[i]["lengths"]]
-            ys = [float(v) for i in idx for v in records[i]["lengths"]]
-            return HistoryPredictor(fallback=FeatureRidgePredictor()).fit(xs, ys)
-
-        t0 = time.perf_counter()
-        if held_idx:
-            held_pred = fit_on(fit_idx).predict([rec_text[i] for i in held_idx])
-            report["held_out"] = _quality(held_pred, rec_mean[held_idx])
-        predictor = fit_on(range(len(records)))
-        predicted = predictor.predict(texts)
-        report.update(lengths_file=s.lengths_file, file_records=len(records), held_out_records=len(held_idx),
-                      prompts_in_file=sum(t in predictor for t in texts), fit_seconds=time.perf_counter() - t0,
-                      note="held-out records are predicted by the ridge fallback (unseen prompts)")
-        items = [(p.id, float(v)) for p, v in zip(prompts, predicted)]
+    if s.predictor == "history":
+        items, found = _predict_from_history(cfg, prompts)
     elif s.predictor_path:
-        t0 = time.perf_counter()
-        predictor = load_predictor(s.predictor_path, kind, **(
-            {"num_threads": max(int(cfg.engine.num_threads), 0), "device": cfg.engine.device} if kind == "lm" else {}))
-        predicted = predictor.predict(texts)
-        report.update(predictor_path=s.predictor_path, load_seconds=time.perf_counter() - t0, held_out=None)
-        items = [(p.id, float(v)) for p, v in zip(prompts, predicted)]
+        items, found = _predict_with_saved(cfg, prompts)
     else:
-        from ..config.validate import resolve_model_path
-        from ..engines.hf import HFGenerationEngine
-
-        fit_idx, held_idx = split_profile(len(prompts), s.profile_share, s.profile_holdout, int(cfg.seed))
-        profiled = [prompts[i] for i in sorted(fit_idx + held_idx)]
-        say(f"predictor {kind}: sampling {len(profiled)} of {len(prompts)} prompts x {s.profile_samples} "
-            "with the starting policy")
-        t0 = time.perf_counter()
-        engine = HFGenerationEngine(resolve_model_path(cfg.model.path), device=cfg.engine.device,
-                                    dtype=cfg.engine.dtype, num_threads=cfg.engine.num_threads)
-        sc = cfg.generate.sampling_config
-        lengths, finished = sample_lengths(engine, engine.tokenizer, profiled, int(s.profile_samples),
-                                           int(sc.max_tokens), int(cfg.seed), temperature=float(sc.temperature))
-        del engine
-        profile_seconds = time.perf_counter() - t0
-        observed = {pid: float(np.mean(v)) for pid, v in lengths.items()}
-        t0 = time.perf_counter()
-        predictor = _make_predictor(cfg, kind)
-        fit_prompts = [prompts[i] for i in fit_idx]
-        predictor.fit([p.prompt for p in fit_prompts for _ in lengths[p.id]],
-                      [float(v) for p in fit_prompts for v in lengths[p.id]])
-        fit_seconds = time.perf_counter() - t0
-        rest = [k for k, p in enumerate(prompts) if p.id not in observed]
-        held = [prompts[i] for i in held_idx]
-        to_predict = held + [prompts[k] for k in rest]
-        predicted = predictor.predict([p.prompt for p in to_predict]) if to_predict else np.empty(0)
-        by_id = dict(observed)
-        by_id.update({p.id: float(v) for p, v in zip(to_predict[len(held):], predicted[len(held):])})
-        items = [(p.id, by_id[p.id]) for p in prompts]
-        report.update(profile_share=s.profile_share, profile_holdout=s.profile_holdout,
-                      profile_samples=int(s.profile_samples), profiled=len(profiled), fitted_on=len(fit_idx),
-                      held_out_prompts=len(held_idx), predicted=len(rest), profile_seconds=profile_seconds,
-                      fit_seconds=fit_seconds,
-                      held_out=_quality(predicted[:len(held)], [observed[p.id] for p in held]),
-                      cut_at_max_tokens=sum(not f for v in finished.values() for f in v))
-        if run_dir is not None:
-            write_profile(profile_records(profiled, lengths, finished), run_dir / "length_profile.jsonl")
-            predictor.save(run_dir / "length_predictor")
-            report["saved"] = "length_predictor"
-    report["seconds"] = time.perf_counter() - started
+        items, found = _profile_fit_predict(cfg, prompts, run_dir, say)
+    report = {"kind": s.predictor, "prompts": len(prompts), **found, "seconds": time.perf_counter() - started}
     if report.get("held_out"):
         q = report["held_out"]
-        say(f"predictor {kind}: held-out rank quality tau {q['kendall_tau']} rho {q['spearman_rho']} "
+        say(f"predictor {s.predictor}: held-out rank quality tau {q['kendall_tau']} rho {q['spearman_rho']} "
             f"on {q['prompts']} prompts" + (f" ({q['caveat']})" if q.get("caveat") else ""))
     if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_predicted_lengths(items, run_dir)
-        tmp = run_dir / "predictor.json.tmp"
-        tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, run_dir / "predictor.json")
+        _write_prediction(items, report, run_dir)
     return items, report
+
+
+def _predict_from_history(cfg, prompts: Sequence) -> tuple[list[tuple[str, float]], dict]:
+    """``history``: the lengths file's held-out records scored by a predictor fitted on the
+    rest, then every prompt predicted by one fitted on the whole file."""
+    from .predictors import FeatureRidgePredictor, HistoryPredictor
+
+    s = cfg.scheduler
+    records = read_profile(s.lengths_file)
+    fit_idx, held_idx = split_profile(len(records), 1.0, s.profile_holdout, int(cfg.seed))
+    rec_text = [r["prompt"] for r in records]
+    rec_mean = np.array([float(np.mean(r["lengths"])) for r in records])
+
+    def fit_on(idx):
+        xs = [rec_text[i] for i in idx for _ in records[i]["lengths"]]
+        ys = [float(v) for i in idx for v in records[i]["lengths"]]
+        return HistoryPredictor(fallback=FeatureRidgePredictor()).fit(xs, ys)
+
+    t0 = time.perf_counter()
+    report: dict = {}
+    if held_idx:
+        held_pred = fit_on(fit_idx).predict([rec_text[i] for i in held_idx])
+        report["held_out"] = _quality(held_pred, rec_mean[held_idx])
+    predictor = fit_on(range(len(records)))
+    texts = [p.prompt for p in prompts]
+    predicted = predictor.predict(texts)
+    report.update(lengths_file=s.lengths_file, file_records=len(records), held_out_records=len(held_idx),
+                  prompts_in_file=sum(t in predictor for t in texts), fit_seconds=time.perf_counter() - t0,
+                  note="held-out records are predicted by the ridge fallback (unseen prompts)")
+    return [(p.id, float(v)) for p, v in zip(prompts, predicted)], report
+
+
+def _predict_with_saved(cfg, prompts: Sequence) -> tuple[list[tuple[str, float]], dict]:
+    """``scheduler.predictor_path``: a saved predictor predicts every prompt; nothing is scored."""
+    from .predictors import load_predictor
+
+    s = cfg.scheduler
+    t0 = time.perf_counter()
+    predictor = load_predictor(s.predictor_path, s.predictor, **(
+        {"num_threads": max(int(cfg.engine.num_threads), 0), "device": cfg.engine.device}
+        if s.predictor == "lm" else {}))
+    predicted = predictor.predict([p.prompt for p in prompts])
+    report = {"predictor_path": s.predictor_path, "load_seconds": time.perf_counter() - t0, "held_out": None}
+    return [(p.id, float(v)) for p, v in zip(prompts, predicted)], report
+
+
+def _sample_starting_policy(cfg, profiled: Sequence) -> tuple[dict, dict, float]:
+    """The profiled prompts' sampled lengths and finished flags with the starting policy
+    (an hf engine built for this and dropped after), and the seconds it took."""
+    from ..config.validate import resolve_model_path
+    from ..engines.hf import HFGenerationEngine
+
+    t0 = time.perf_counter()
+    engine = HFGenerationEngine(resolve_model_path(cfg.model.path), device=cfg.engine.device,
+                                dtype=cfg.engine.dtype, num_threads=cfg.engine.num_threads)
+    sc = cfg.generate.sampling_config
+    lengths, finished = sample_lengths(engine, engine.tokenizer, profiled, int(cfg.scheduler.profile_samples),
+                                       int(sc.max_tokens), int(cfg.seed), temperature=float(sc.temperature))
+    del engine
+    return lengths, finished, time.perf_counter() - t0
+
+
+def _profile_fit_predict(cfg, prompts: Sequence, run_dir: Path | None,
+                         say: Callable[[str], None]) -> tuple[list[tuple[str, float]], dict]:
+    """``ridge`` / ``lm``: profile a share of the prompts, fit on all but the held-out ones,
+    score those, predict the rest; profiled prompts keep their observed mean length. With
+    ``run_dir``, the profile and the fitted predictor are saved there."""
+    s, kind = cfg.scheduler, cfg.scheduler.predictor
+    fit_idx, held_idx = split_profile(len(prompts), s.profile_share, s.profile_holdout, int(cfg.seed))
+    profiled = [prompts[i] for i in sorted(fit_idx + held_idx)]
+    say(f"predictor {kind}: sampling {len(profiled)} of {len(prompts)} prompts x {s.profile_samples} "
+        "with the starting policy")
+    lengths, finished, profile_seconds = _sample_starting_policy(cfg, profiled)
+    observed = {pid: float(np.mean(v)) for pid, v in lengths.items()}
+    t0 = time.perf_counter()
+    predictor = _make_predictor(cfg, kind)
+    fit_prompts = [prompts[i] for i in fit_idx]
+    predictor.fit([p.prompt for p in fit_prompts for _ in lengths[p.id]],
+                  [float(v) for p in fit_prompts for v in lengths[p.id]])
+    fit_seconds = time.perf_counter() - t0
+    rest = [k for k, p in enumerate(prompts) if p.id not in observed]
+    held = [prompts[i] for i in held_idx]
+    to_predict = held + [prompts[k] for k in rest]
+    predicted = predictor.predict([p.prompt for p in to_predict]) if to_predict else np.empty(0)
+    by_id = dict(observed)
+    by_id.update({p.id: float(v) for p, v in zip(to_predict[len(held):], predicted[len(held):])})
+    report = dict(profile_share=s.profile_share, profile_holdout=s.profile_holdout,
+                  profile_samples=int(s.profile_samples), profiled=len(profiled), fitted_on=len(fit_idx),
+                  held_out_prompts=len(held_idx), predicted=len(rest), profile_seconds=profile_seconds,
+                  fit_seconds=fit_seconds,
+                  held_out=_quality(predicted[:len(held)], [observed[p.id] for p in held]),
+                  cut_at_max_tokens=sum(not f for v in finished.values() for f in v))
+    if run_dir is not None:
+        write_profile(profile_records(profiled, lengths, finished), run_dir / "length_profile.jsonl")
+        predictor.save(run_dir / "length_predictor")
+        report["saved"] = "length_predictor"
+    return [(p.id, by_id[p.id]) for p in prompts], report
+
+
+def _write_prediction(items: Sequence[tuple[str, float]], report: dict, run_dir: Path) -> None:
+    """``predicted_lengths.jsonl`` and ``predictor.json`` (written whole, then renamed)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_predicted_lengths(items, run_dir)
+    tmp = run_dir / "predictor.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, run_dir / "predictor.json")
