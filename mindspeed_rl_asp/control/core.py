@@ -65,6 +65,14 @@ Rules (proofs in docs/control.md):
   than ``max_gen_batches`` generation batches of ``global_batch_size`` prompts (more than
   ``(max_gen_batches - 1) x global_batch_size`` groups rejected for it) stops the run
   (``TooManyRejected``), as MindSpeed-RL's DAPO trainer does.
+* Prefetch (``prefetch``, a transport that moves a version ahead of its load: the
+  collective one with ``weights.prefetch``): while work remains, a live actor behind the
+  refresh target that is not loading gets ``Prefetch(actor, target)`` (the transfer
+  only: its engine keeps generating with its version), at most one at a time per actor
+  and at most once per (actor, version), whatever its outcome. No ``LoadWeights`` and no
+  ``Generate`` go to an actor while its prefetch runs: the load that follows a finished
+  prefetch only swaps, and one that follows a failed prefetch moves the version itself
+  (the usual load), so a failed prefetch costs time, never the run.
 """
 from __future__ import annotations
 
@@ -81,6 +89,7 @@ from .replan import EpochReplan, ReplanRecord, epoch_run, lengths_by_prompt
 from .staleness import StalenessControl, first_window_gap
 
 __all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
+           "Prefetch",
            "is_colocated", "REFRESH_POLICIES", "AT_FINISH",
            "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
            "AwaitActor", "ActorsExhausted", "TooManyRejected",
@@ -116,6 +125,8 @@ class ControlConfig:
     prompts one step may take, the first included: the run stops once more than
     ``(max_gen_batches - 1) x global_batch_size`` groups are rejected for one step
     (0: no limit).
+    ``prefetch``: the weight transport can move a published version to an actor ahead of
+    its load (``Prefetch``; the collective transport with ``weights.prefetch``).
     Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
     """
 
@@ -133,6 +144,7 @@ class ControlConfig:
     at_finish: str = "cancel"
     filter_groups: str = "none"
     max_gen_batches: int = 0
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         p: list[str] = []
@@ -151,6 +163,8 @@ class ControlConfig:
         if self.filter_groups not in FILTERS:
             p.append(f"filter_groups={self.filter_groups!r} must be one of {', '.join(FILTERS)}")
         _check_int(p, "max_gen_batches", self.max_gen_batches, 0)
+        if not isinstance(self.prefetch, bool):
+            p.append(f"prefetch={self.prefetch!r} must be a bool")
         if not p and self.max_staleness < self.refresh_interval - 1:
             p.append(f"max_staleness={self.max_staleness} is below refresh_interval - 1 = "
                      f"{self.refresh_interval - 1}: actors keep their weights for refresh_interval "
@@ -172,7 +186,7 @@ class ControlConfig:
     @classmethod
     def from_root(cls, cfg: Any, num_actors: int, total_steps: Optional[int] = None) -> "ControlConfig":
         """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``;
-        colocated as :func:`is_colocated` says."""
+        colocated as :func:`is_colocated` says; ``prefetch`` as :func:`prefetches` says."""
         mode, rl = cfg.mode, cfg.rl
         algo = getattr(cfg, "algo", None)
         return cls(num_actors=num_actors, global_batch_size=rl.global_batch_size,
@@ -184,7 +198,8 @@ class ControlConfig:
                    refresh_interval=getattr(mode, "refresh_interval", 1),
                    at_finish=getattr(mode, "at_finish", "cancel"),
                    filter_groups=getattr(algo, "filter_groups", "none"),
-                   max_gen_batches=getattr(algo, "max_num_gen_batches", 0))
+                   max_gen_batches=getattr(algo, "max_num_gen_batches", 0),
+                   prefetch=prefetches(cfg))
 
 
 def is_colocated(mode: Any) -> bool:
@@ -192,6 +207,15 @@ def is_colocated(mode: Any) -> bool:
     (A hybrid run also has ``max_staleness=0``, which the planner needs; the converse does
     not hold: an async run may choose ``max_staleness=0`` on separate devices.)"""
     return mode.name == "hybrid"
+
+
+def prefetches(cfg: Any) -> bool:
+    """Whether a run's actors get ``Prefetch``: the collective transport with
+    ``weights.prefetch``, in a decoupled mode (colocated, every actor is idle when a version
+    is published, so its load moves the bytes itself)."""
+    weights = getattr(cfg, "weights", None)
+    return bool(getattr(weights, "transport", None) == "collective" and getattr(weights, "prefetch", False)
+                and not is_colocated(cfg.mode))
 
 
 # ---------------------------------------------------------------------- actions
@@ -207,6 +231,16 @@ class Generate:
 
 @dataclass(frozen=True)
 class LoadWeights:
+    actor: int
+    version: int
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """Move published ``version`` to ``actor`` ahead of its load (the transfer only; the
+    actor keeps generating with the version it holds). A ``LoadWeights`` of it that
+    follows only swaps it in."""
+
     actor: int
     version: int
 
@@ -261,7 +295,7 @@ class TooManyRejected(RuntimeError):
     generation batches (``algo.max_num_gen_batches``) allow, or the prompts ran out."""
 
 
-Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish, AwaitActor]
+Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish, AwaitActor, Prefetch]
 
 
 # ---------------------------------------------------------------------- snapshots
@@ -350,6 +384,8 @@ class ControlCore:
         self.replans: list[ReplanRecord] = []      # what the re-plan rule did, in order
         self.observed_lengths: dict[str, tuple[int, ...]] = {}   # prompt id -> its samples' lengths
         self._replanned: set[int] = set(replan.done) if replan is not None else set()
+        self._prefetching: dict[int, int] = {}     # actor -> version of its Prefetch in flight
+        self._prefetch_tried: dict[int, int] = {}  # actor -> newest version a Prefetch was issued for
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -373,6 +409,7 @@ class ControlCore:
         trainer_busy = self.training is not None or self.publishing is not None or batch is not None
         if not (colocated and trainer_busy):
             actions.extend(self._feed_actors())
+            actions.extend(self._prefetches())
         for actor in self.dispatcher.restarting_actors():
             if actor not in self._awaiting:
                 self._awaiting.add(actor)
@@ -460,13 +497,15 @@ class ControlCore:
         if self._next_dispatch() is None:
             return out
         target = self.refresh_target
-        for actor in self.dispatcher.idle_actors():
+        # An actor whose prefetch runs waits for it: its load then only swaps (section Prefetch).
+        idle = [a for a in self.dispatcher.idle_actors() if a not in self._prefetching]
+        for actor in idle:
             if self.dispatcher.needs_refresh(actor, target):
                 self.dispatcher.start_load(actor, target)
                 out.append(LoadWeights(actor, target))
         if self._paused():
             return out
-        for actor in self.dispatcher.idle_actors():
+        for actor in [a for a in self.dispatcher.idle_actors() if a not in self._prefetching]:
             nxt = self._next_dispatch()
             if nxt is None:
                 break
@@ -742,11 +781,47 @@ class ControlCore:
             raise ProtocolError(f"replan_pending resolved total_steps={steps}, the run has {self.total_steps}")
         d.replace_pending(new)
 
+    # ------------------------------------------------------------------ prefetch
+    def _prefetches(self) -> list[Prefetch]:
+        """The prefetch rule (``ControlConfig.prefetch``): while work remains, every live
+        actor behind the refresh target that is not loading, has no prefetch running and
+        was never sent a prefetch of the target gets ``Prefetch(actor, target)``. Idle
+        actors behind with work to do were given their ``LoadWeights`` just before, so in
+        practice it is the generating actors that prefetch."""
+        if not self.config.prefetch or self._next_dispatch() is None:
+            return []
+        target, d, out = self.refresh_target, self.dispatcher, []
+        waiting = set(d.restarting_actors())
+        for actor in d.live_actors():
+            a = d.actors[actor]
+            if actor in waiting or a.loading is not None or actor in self._prefetching or a.version >= target \
+                    or self._prefetch_tried.get(actor, -1) >= target:
+                continue
+            self._prefetching[actor] = target
+            self._prefetch_tried[actor] = target
+            out.append(Prefetch(actor, target))
+        return out
+
+    def on_prefetched(self, actor: int, version: int) -> None:
+        """``actor`` holds ``version`` beside its engine (not in it): its load only swaps."""
+        self._end_prefetch(actor, version, "done")
+
+    def on_prefetch_failed(self, actor: int, version: int) -> None:
+        """The prefetch did not deliver (or was cancelled): the actor's load moves the
+        version itself; ``version`` is not prefetched to it again."""
+        self._end_prefetch(actor, version, "failed")
+
+    def _end_prefetch(self, actor: int, version: int, how: str) -> None:
+        if self._prefetching.get(actor) != version:
+            raise ProtocolError(f"prefetch of version {version} to actor {actor} reported {how}; the prefetch "
+                                f"in flight to it is {self._prefetching.get(actor)}")
+        del self._prefetching[actor]
+
     # ------------------------------------------------------------------ views
     def in_flight(self) -> list[Action]:
         """Every action issued whose completion has not been reported, in a fixed order
         (generation and loads by actor, then the train step, then the publish, then the
-        restarts awaited, by actor). Empty
+        restarts awaited, by actor, then the prefetches, by actor). Empty
         while the core waits on nothing: then a ``poll`` returning [] is a deadlock."""
         d = self.dispatcher
         out: list[Action] = []
@@ -761,6 +836,7 @@ class ControlCore:
         if self.publishing is not None:
             out.append(Publish(self.publishing))
         out.extend(AwaitActor(a) for a in sorted(self._awaiting))
+        out.extend(Prefetch(a, v) for a, v in sorted(self._prefetching.items()))
         return out
 
     @property

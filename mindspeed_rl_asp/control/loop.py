@@ -7,7 +7,7 @@ actions into work and work into events and owns the clock; it holds no control r
 
     class Cluster(Protocol):
         def now(self) -> float                      # seconds on the cluster's clock
-        def submit(self, action) -> None            # start Generate/LoadWeights/TrainStep/Publish
+        def submit(self, action) -> None            # start Generate/LoadWeights/TrainStep/Publish/...
         def next_event(self) -> Done | Failed       # block until one submitted action ends
         def cancel(self, actions) -> None           # drop work still running at Finish
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
-from .core import Action, AwaitActor, ControlCore, Finish, Generate, LoadWeights, Publish, TrainStep
+from .core import Action, AwaitActor, ControlCore, Finish, Generate, LoadWeights, Prefetch, Publish, TrainStep
 
 __all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Fanout", "Outcome", "Loop", "drive",
            "apply_event", "TrainerFailed", "ControlDeadlock"]
@@ -134,7 +134,8 @@ def apply_event(core: ControlCore, event: Event) -> None:
     failed generation is re-dispatched by the core; a failed load is retried; a
     generation or load whose actor died (``Failed.lost``) marks the actor lost
     (restarting); ``AwaitActor`` done (``info``: the version the restarted actor holds)
-    brings it back, failed retires it; a failed train step or publish raises
+    brings it back, failed retires it; a prefetch ends either way (failed or lost: the
+    actor's load moves the version itself); a failed train step or publish raises
     ``TrainerFailed``."""
     a = event.action
     ok = isinstance(event, Done)
@@ -154,6 +155,8 @@ def apply_event(core: ControlCore, event: Event) -> None:
             core.on_minibatch_failed(a.actor, a.minibatch_id)
     elif isinstance(a, LoadWeights):
         (core.on_weights_loaded if ok else core.on_load_failed)(a.actor, a.version)
+    elif isinstance(a, Prefetch):
+        (core.on_prefetched if ok else core.on_prefetch_failed)(a.actor, a.version)
     elif isinstance(a, TrainStep):
         if not ok:
             raise TrainerFailed(f"training step {a.step} failed: {event.error}")
@@ -219,11 +222,11 @@ class Loop:
     def _cancel(self, keep: tuple[type, ...] = ()) -> tuple[Action, ...]:
         """Cancel everything in flight on the cluster (but actions of the types ``keep``),
         and tell the core it ended unused (a cancelled generation counts as failed: its
-        prompts are pending again, never lost)."""
+        prompts are pending again, never lost; a cancelled load or prefetch too)."""
         leftover = tuple(a for a in self.core.in_flight() if not isinstance(a, keep))
         self.cluster.cancel(leftover)
         for action in leftover:
-            if isinstance(action, (Generate, LoadWeights)):
+            if isinstance(action, (Generate, LoadWeights, Prefetch)):
                 apply_event(self.core, Failed(action, "cancelled"))
         return leftover
 
