@@ -7,8 +7,9 @@
   term (the reference log-probs sharded too);
 * the collective transport from trainer rank 0 to a generation actor over a gloo pair
   group: a transfer that fails mid-way fails the load and leaves the actor's engine
-  bitwise on its old version; the retry loads the trainer's exact weights; a
-  prefetched version is swapped in without waiting for the wire;
+  bitwise on its old version; the retry loads the trainer's exact weights; a version
+  the core's ``Prefetch`` moved is swapped in without waiting for the wire, and a
+  prefetch that fails mid-way is a ``Failed(Prefetch)`` after which the load moves it;
 * short asp-train runs: 2 trainer ranks with the collective transport and a transfer
   failure injected (the run goes on; no actor ever generates with a version it has not
   completely loaded), the files transport, and (with vllm installed) a vLLM actor
@@ -97,7 +98,7 @@ def test_two_rank_step_equals_the_single_rank_step(ray_cluster):
 
 
 def test_collective_transfer_failing_mid_way_keeps_the_old_version(ray_cluster, tmp_path):
-    from mindspeed_rl_asp.control.core import LoadWeights, Publish
+    from mindspeed_rl_asp.control.core import LoadWeights, Prefetch, Publish
     from mindspeed_rl_asp.control.loop import Done, Failed
     from mindspeed_rl_asp.runtime.generation_unit import GenerationWorker
     from mindspeed_rl_asp.runtime.ray_cluster import RayCluster
@@ -105,8 +106,7 @@ def test_collective_transfer_failing_mid_way_keeps_the_old_version(ray_cluster, 
     from mindspeed_rl_asp.runtime.transport import actor_class_options, make_transport
 
     ray = ray_cluster
-    cfg = load_config([*SMALL, "weights.transport=collective", "weights.bucket_mb=0.25", "weights.prefetch=false",
-                       "weights.timeout_s=30"])
+    cfg = load_config([*SMALL, "weights.transport=collective", "weights.bucket_mb=0.25", "weights.timeout_s=30"])
     ids, payload, _ = sample(cfg, cfg.rl.global_batch_size)
     path = str(resolve_model_path(cfg.model.path))
     trainer = ray.remote(num_cpus=1, **actor_class_options("collective", "train", 1))(TrainingWorker).remote(
@@ -139,24 +139,28 @@ def test_collective_transfer_failing_mid_way_keeps_the_old_version(ray_cluster, 
         assert event.info.bytes >= sum(t.numel() * t.element_size() for k, t in expected.items()
                                        if k != "lm_head.weight")
 
-        # Prefetched at publish: the load finds every bucket there and only swaps.
-        transport.prefetch = True
+        # The core's Prefetch: the transfer ends before the load, which finds every bucket
+        # there and only swaps.
         ray.get(trainer.train_step.remote(1, ids, payload))
         cluster.submit(Publish(2))
         assert isinstance(cluster.next_event(), Done)
-        ray.get(transport.links[0].transfers[2].receive_ref)   # the transfer ended before the load
+        cluster.submit(Prefetch(0, 2))
+        event = cluster.next_event()
+        assert isinstance(event, Done) and event.info["ok"] and event.info["version"] == 2
+        assert ray.get(gen.engine_weights.remote())[0] == 1   # moved, not yet swapped in
         cluster.submit(LoadWeights(0, 2))
         event = cluster.next_event()
         assert isinstance(event, Done) and event.info.wait_s < event.info.transfer_s
         assert ray.get(gen.engine_weights.remote())[0] == 2
 
-        # A prefetch that fails mid-way: the load sees it and transfers the version again.
+        # A prefetch that fails mid-way is a Failed(Prefetch); the load transfers the version again.
         ray.get(trainer.inject_transfer_failure.remote(1))
         ray.get(trainer.train_step.remote(2, ids, payload))
         cluster.submit(Publish(3))
         assert isinstance(cluster.next_event(), Done)
-        arrival = ray.get(transport.links[0].transfers[3].receive_ref)
-        assert not arrival["ok"] and "failed after 1 of" in arrival["error"]
+        cluster.submit(Prefetch(0, 3))
+        event = cluster.next_event()
+        assert isinstance(event, Failed) and "failed after 1 of" in event.error
         assert ray.get(gen.engine_weights.remote())[0] == 2
         cluster.submit(LoadWeights(0, 3))
         assert isinstance(cluster.next_event(), Done) and ray.get(gen.engine_weights.remote())[0] == 3
@@ -192,8 +196,8 @@ def generated_only_with_loaded_versions(spans) -> bool:
 def test_two_trainer_ranks_and_a_failed_collective_transfer_train_on(ray_cluster, tmp_path):
     cfg, run_dir, summary = run(tmp_path, "layout.nodes=3", "layout.train_nodes=2", "layout.gen_nodes=1",
                                 "train.ranks=2", "weights.transport=collective", "weights.bucket_mb=0.5",
-                                # sent at load, so that the injected failure fails a load (a failed
-                                # prefetch is retried by the load itself: the test above)
+                                # sent at load, so that the injected failure fails a load (after a
+                                # failed prefetch the load moves the version: the test above)
                                 "weights.prefetch=false", "steps=3", fail_transfer_once=2)
     assert summary["steps"] == 3
     assert (run_dir / "placement.txt").read_text().count("trainer rank") == 2

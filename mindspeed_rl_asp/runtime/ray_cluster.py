@@ -12,7 +12,12 @@ loop and the core have them all):
 * ``LoadWeights`` -> ``actor.load_weights`` with the version's handle from the
   :class:`~mindspeed_rl_asp.weights.store.VersionedStore` (object store: the snapshot's
   reference, which the actor resolves itself; files: its directory; collective: its
-  layout, plus the transfer to the actor), as the transport says (``runtime/transport.py``).
+  layout, plus the transfer to the actor unless a prefetch brought it), as the transport
+  says (``runtime/transport.py``).
+* ``Prefetch`` (collective transport) -> the transfer of the version to the actor on the
+  transport threads of both sides, while the actor generates; done once every bucket has
+  arrived, failed if the transfer did not complete (the core then loads the long way).
+  The version is held in the store while it moves.
 * ``TrainStep`` -> ``train_step`` on every trainer rank with the references of the chosen
   prompt groups (each rank trains its share of the samples; rank 0's report stands for
   the step, and the step is done when every rank is).
@@ -42,7 +47,7 @@ import time
 import zlib
 from typing import Sequence
 
-from ..control.core import Action, AwaitActor, Generate, LoadWeights, Publish, TrainStep
+from ..control.core import Action, AwaitActor, Generate, LoadWeights, Prefetch, Publish, TrainStep
 from ..control.loop import Done, Event, Failed, Observer, TrainerFailed
 from ..weights.store import VersionedStore
 
@@ -74,6 +79,11 @@ def restarted_version_mismatch(actor: int, told: int, generated_with: int):
         return None
     return (f"generation actor {actor} generated with weight version {generated_with}, not {told}: its "
             f"process was restarted since its last load; the samples are dropped and it is refreshed")
+
+
+def _prefetcher(actor: int) -> str:
+    """The store's holder name of a prefetch to ``actor`` (a load's is ``gen-<actor>``)."""
+    return f"prefetch-{actor}"
 
 
 class RayCluster:
@@ -137,6 +147,9 @@ class RayCluster:
         elif isinstance(action, Publish):
             ref, others = self.transport.publish(action.version, self.store.kept_versions)
             self._companions(ref, others)
+        elif isinstance(action, Prefetch):
+            handle = self.store.acquire(action.version, _prefetcher(action.actor))
+            ref = self.transport.prefetch(action.actor, action.version, handle)
         elif isinstance(action, AwaitActor):
             ref = self._probe(action.actor)
         else:
@@ -214,8 +227,9 @@ class RayCluster:
             except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
                 return Failed(action, _describe(error))
             self._drop(self.store.publish(action.version, handle))
-            self.transport.published_done(action.version, handle)
             return Done(action)
+        if isinstance(action, Prefetch):
+            return self._prefetch_event(action, ref)
         try:
             report = ray.get(ref)
         except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as error:
@@ -239,6 +253,22 @@ class RayCluster:
                 self.queue_refs.pop(pid, None)
         return Done(action, report)
 
+    def _prefetch_event(self, action: Prefetch, ref) -> Event:
+        """A prefetch's end: the receiving side's result says whether every bucket arrived."""
+        import ray
+
+        try:
+            report = ray.get(ref)
+            error, lost = (None if report["ok"] else report["error"]), False
+        except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError) as raised:
+            report, error, lost = None, _describe(raised), process_died(raised)
+        self._prefetch_ended(action, error is None)
+        return Done(action, report) if error is None else Failed(action, error, lost=lost)
+
+    def _prefetch_ended(self, action: Prefetch, ok: bool) -> None:
+        self.transport.prefetch_ended(action.actor, action.version, ok)
+        self._drop(self.store.release(action.version, _prefetcher(action.actor)))
+
     def release(self, prompt_ids: Sequence[str]) -> None:
         """Forget the payload references of these groups (rejected by the core): a
         minibatch's payload leaves the object store once no group of it is referenced."""
@@ -258,6 +288,8 @@ class RayCluster:
                 if isinstance(action, LoadWeights):
                     self.transport.load_ended(action.actor, action.version, False)
                     self._drop(self.store.release(action.version, f"gen-{action.actor}"))
+                if isinstance(action, Prefetch):
+                    self._prefetch_ended(action, False)
                 try:
                     ray.cancel(ref)
                 except Exception:  # noqa: BLE001 - cancelling is best effort; the actor dies with the run

@@ -19,11 +19,13 @@ decides who loads which version, and when), only where the bytes go:
   (``weights/collective.py``). The actor swaps the version into its engine only once
   every bucket has arrived; a transfer that fails mid-way fails the ``LoadWeights``
   (the core retries it) and the actor keeps its old version. With
-  ``weights.prefetch`` (default) the transfer to every actor starts as soon as the
-  version is published, on a transport thread of each side, while the actors keep
-  generating; the load itself then waits for the transfer to end (if it has not
-  already) and copies the tensors into the engine. Without prefetch the transfer
-  starts with the load.
+  ``weights.prefetch`` (default) the control core decides when a version moves ahead of
+  its load: it issues ``Prefetch(actor, version)`` (docs/control.md, "Prefetch"), and the
+  shell starts that transfer (``prefetch``) on a transport thread of each side while the
+  actor keeps generating; the prefetch ends when every bucket has arrived (or failed).
+  The core loads an actor only after its prefetch ended, so a load that follows a
+  finished prefetch only copies the tensors into the engine; one that follows a failed
+  prefetch (or none) moves the version itself.
 
 Transfers to one actor are numbered (``seq``) and run one at a time in that order on
 both sides. The transport mirrors which received versions an actor still keeps: a
@@ -85,9 +87,15 @@ class ObjectStoreTransport:
 
     def load_ended(self, actor: int, version: int, ok: bool) -> None: ...
 
+    def prefetch_ended(self, actor: int, version: int, ok: bool) -> None: ...
+
     def dropped(self, versions: list[int]) -> None: ...
 
-    def published_done(self, version: int, handle) -> None: ...
+    def prefetch(self, actor: int, version: int, handle):
+        """The call that moves ``version`` to ``actor`` ahead of its load; only the
+        collective transport has one (the core issues ``Prefetch`` only for it)."""
+        raise ValueError(f"weights.transport={self.name} cannot prefetch a version (Prefetch({actor}, {version})); "
+                         "only weights.transport=collective does")
 
 
 class _FetchedHandleTransport(ObjectStoreTransport):
@@ -142,10 +150,8 @@ class _ActorLink:
 class CollectiveTransport(_FetchedHandleTransport):
     name = "collective"
 
-    def __init__(self, trainers: list, generators: list, prefetch: bool = True, max_in_flight: int = 2):
+    def __init__(self, trainers: list, generators: list):
         super().__init__(trainers, generators)
-        self.prefetch = prefetch
-        self.max_in_flight = max_in_flight
         self.links = [_ActorLink() for _ in generators]
         self._loading: dict[tuple[int, int], int] = {}   # (actor, version) -> seq of its transfer
 
@@ -153,22 +159,21 @@ class CollectiveTransport(_FetchedHandleTransport):
         # Rank 0 keeps the buffers of every version a load may still name.
         return ("collective", sorted(set(kept) | {version}))
 
-    def published_done(self, version: int, handle) -> None:
-        """After the store published ``version``: start the prefetch to every actor."""
-        if not self.prefetch:
+    def prefetch(self, actor: int, version: int, handle):
+        """Start the transfer of ``version`` to ``actor`` (the core's ``Prefetch``); the
+        returned reference is the receiving side's result (``ok`` and, if not, ``error``).
+        The load that names this version later finds the buckets there and only swaps."""
+        return self._start(actor, version, handle).receive_ref
+
+    def prefetch_ended(self, actor: int, version: int, ok: bool) -> None:
+        """A failed (or cancelled) prefetch's transfer is forgotten; its pair group may be
+        broken, so the next transfer opens a new one."""
+        link = self.links[actor]
+        transfer = link.transfers.get(version)
+        if ok or transfer is None:
             return
-        for actor, link in enumerate(self.links):
-            if version not in link.transfers and self._in_flight(link) < self.max_in_flight:
-                self._start(actor, version, handle)
-
-    def _in_flight(self, link: _ActorLink) -> int:
-        import ray
-
-        refs = [t.receive_ref for t in link.transfers.values()]
-        if not refs:
-            return 0
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
-        return len(refs) - len(ready)
+        del link.transfers[version]
+        link.generation += 1
 
     def _failed(self, transfer: _Transfer) -> bool:
         import ray
@@ -233,8 +238,8 @@ class CollectiveTransport(_FetchedHandleTransport):
 def actor_class_options(transport: str, role: str, num_generators: int) -> dict:
     """``ray.remote`` options of an actor class: the collective transport runs transfers on
     threads of their own (a Ray concurrency group), beside the actor's main work. Enough
-    of them that every transfer that may be pending (per actor: two prefetches and a
-    load's) has one."""
+    of them that every transfer that may be pending (per actor: a prefetch, or a load's
+    after a cancelled one still unwinding) has one, with room to spare."""
     if transport != "collective" or role not in ("train", "generate"):   # ranks other than 0 send nothing
         return {}
     threads = 3 * num_generators + 1 if role == "train" else 4
@@ -263,7 +268,7 @@ def make_transport(weights_cfg, trainers: list, generators: list, run_dir: Path,
     if name == "collective":
         ray.get(trainers[0].open_weight_sender.remote(device_type, local, weights_cfg.bucket_mb,
                                                       weights_cfg.timeout_s))
-        return CollectiveTransport(trainers, generators, prefetch=weights_cfg.prefetch)
+        return CollectiveTransport(trainers, generators)
     raise ValueError(f"weights.transport={name!r} is not one of {', '.join(TRANSPORTS)}")
 
 

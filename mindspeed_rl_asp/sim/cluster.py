@@ -19,7 +19,14 @@ What each action costs (docs/simulator.md, "Cost of each action"):
 * ``Publish``: the trainer's export: ``engine.weight_sync_fixed`` (gather the shards,
   convert to the inference layout); colocated runs add the train -> generate switch;
 * ``LoadWeights``: the instance receives the weights over its devices' links
-  (inter-node in async layouts, intra-node when colocated) and loads them.
+  (inter-node in async layouts, intra-node when colocated) and loads them;
+* ``Prefetch`` (the collective transport with ``weights.prefetch``): the weight bytes
+  move from the trainer to the instance while it generates, at ``min(the instance's
+  links, the trainer's egress / transfers running)``: every transfer in flight shares
+  the trainer's sending links (``engine.weight_sync_senders`` of them), so each start and
+  end moves the others' ends. A ``LoadWeights`` after a finished prefetch costs only the
+  local swap (the bytes copied into the engine over HBM); one without moves its bytes
+  through the same shared egress.
 
 **Shared host cores** (``hardware.host_cores``, a CPU machine such as ``cpu_local``,
 where the layout's logical nodes are processes on one host): a price is then the work's
@@ -44,7 +51,7 @@ import heapq
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..control.core import Action, Generate, LoadWeights, Publish, TrainStep
+from ..control.core import Action, Generate, LoadWeights, Prefetch, Publish, TrainStep
 from ..control.loop import Done, Event
 from ..control.policy_age import age_histogram, age_metrics
 from ..control.reports import LoadReport, MinibatchReport, StepReport
@@ -72,9 +79,20 @@ class SimSetup:
     corun_slowdown: float = 0.0  # with host_cores: a core's slowdown while another core is busy
     timeslice_slowdown: float = 0.0   # with host_cores: extra CPU time when threads outnumber cores
     train_padding_rows: int = 0  # the trainer pads micro-batches of this many rows (engine.train_layout: padded)
+    prefetch: bool = False       # the core prefetches (collective transport): transfers share the egress
+    ingress_bandwidth: float = 0.0   # with prefetch: bytes/s into one instance over its own links
+    trainer_egress: float = 0.0  # with prefetch: bytes/s out of the trainer's sending links (0: not limiting)
+    swap_s: float = 0.0          # with prefetch: a prefetched version copied into the engine
 
     def load_s(self) -> float:
         return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
+
+    def transfer_rate(self, transfers: int) -> float:
+        """Bytes/s of each of ``transfers`` weight transfers running at once: its instance's
+        links, capped by its share of the trainer's egress."""
+        if self.trainer_egress <= 0:
+            return self.ingress_bandwidth
+        return min(self.ingress_bandwidth, self.trainer_egress / max(transfers, 1))
 
 
 class SimCluster:
@@ -90,6 +108,8 @@ class SimCluster:
         self._cancelled: set[int] = set()
         self._seq_of: dict[Action, int] = {}
         self._sharing: dict[int, list] = {}   # host_cores: seq -> [core-seconds left, action, report]
+        self._transfers: dict[int, list] = {}   # prefetch: seq -> [bytes left, action, start]
+        self._prefetched: set[tuple[int, int]] = set()   # (actor, version) of prefetches that ended
         self.timings: dict[str, MinibatchTiming] = {}   # minibatch id -> its timing (bubbles)
         self.dispatched_prompts = 0
         self.group_rewards: dict[str, Sequence[float]] = {}   # prompt id -> its finished group's rewards
@@ -100,6 +120,11 @@ class SimCluster:
 
     def submit(self, action: Action) -> None:
         start = self.clock
+        if self._moves_bytes(action):
+            self._transfers[self._seq] = [float(self.setup.instance.model.weight_bytes), action, start]
+            self._seq_of[action] = self._seq
+            self._seq += 1
+            return
         duration, report = self._price(action, start)
         if self.setup.host_cores:
             self._sharing[self._seq] = [duration, action, report]
@@ -108,9 +133,20 @@ class SimCluster:
         self._seq_of[action] = self._seq
         self._seq += 1
 
+    def _moves_bytes(self, action: Action) -> bool:
+        """With prefetch, a ``Prefetch`` and a load of a version not prefetched move the
+        weight bytes through the trainer's shared egress."""
+        if not self.setup.prefetch:
+            return False
+        return isinstance(action, Prefetch) or (isinstance(action, LoadWeights)
+                                                and (action.actor, action.version) not in self._prefetched)
+
     def next_event(self) -> Event:
-        while self._heap or self._sharing:
-            if self._sharing:
+        while self._heap or self._sharing or self._transfers:
+            transfer = self._transfer_due()
+            if transfer is not None:
+                seq, action, report = transfer
+            elif self._sharing:
                 seq, action, report = self._next_shared()
             else:
                 end, seq, action, report = heapq.heappop(self._heap)
@@ -125,20 +161,66 @@ class SimCluster:
             return Done(action, report)
         raise RuntimeError("next_event with nothing in flight")
 
-    def _next_shared(self) -> tuple[int, Action, object]:
-        """Processor sharing: advance the clock to the first end at the current rate,
-        charge every running piece of work for the interval, and take the one that ended
-        (its report's end is the clock: when it really ended, not ``start + price``)."""
+    def _transfer_due(self):
+        """The transfer that ends before any other work does, ended (the clock moved to
+        its end, the other transfers and any shared work charged for the interval), or
+        None (the transfers charged up to the other work's end, which the caller takes).
+        Every transfer runs at ``setup.transfer_rate(running)``."""
+        if not self._transfers:
+            return None
+        rate = self.setup.transfer_rate(len(self._transfers))
+        seq = min(self._transfers, key=lambda k: (self._transfers[k][0], k))
+        interval = max(0.0, self._transfers[seq][0]) / rate
+        other = self._heap[0][0] - self.clock if self._heap else \
+            self._shared_interval()[1] if self._sharing else None
+        if other is not None and other <= interval:
+            self._charge_transfers(other, rate)
+            return None
+        self._charge_shared(interval)
+        self._charge_transfers(interval, rate)
+        self.clock += interval
+        _, action, start = self._transfers.pop(seq)
+        return seq, action, self._transfer_report(action, start)
+
+    def _charge_transfers(self, interval: float, rate: float) -> None:
+        for item in self._transfers.values():
+            item[0] -= interval * rate
+
+    def _transfer_report(self, action: Action, start: float):
+        """What the real shell reports: the receiving side's result for a prefetch (which
+        makes the load that follows a swap), a ``LoadReport`` for a load."""
+        weight_bytes = self.setup.instance.model.weight_bytes
+        if isinstance(action, Prefetch):
+            self._prefetched.add((action.actor, action.version))
+            return {"ok": True, "version": action.version, "bytes": weight_bytes, "seconds": self.clock - start}
+        return LoadReport(action.actor, action.version, start, self.clock, "collective", int(weight_bytes),
+                          transfer_s=self.clock - start)
+
+    def _shared_interval(self) -> tuple[int, float]:
+        """Processor sharing: (the work that ends first, seconds until it does) at the current rate."""
+        seq = min(self._sharing, key=lambda k: (self._sharing[k][0], k))
+        return seq, max(0.0, self._sharing[seq][0]) / self._shared_rate()   # a tie can leave -1e-17 behind
+
+    def _shared_rate(self) -> float:
         running, cores = len(self._sharing), self.setup.host_cores
         slowdown = 1.0 + self.setup.corun_slowdown * (min(running, cores) - 1)
         if running > cores:
             slowdown *= 1.0 + self.setup.timeslice_slowdown
-        rate = min(1.0, cores / running) / slowdown
-        seq = min(self._sharing, key=lambda k: (self._sharing[k][0], k))
-        interval = max(0.0, self._sharing[seq][0]) / rate   # a tie can leave -1e-17 behind
+        return min(1.0, cores / running) / slowdown
+
+    def _charge_shared(self, interval: float) -> None:
+        if self._sharing:
+            rate = self._shared_rate()
+            for item in self._sharing.values():
+                item[0] -= interval * rate
+
+    def _next_shared(self) -> tuple[int, Action, object]:
+        """Processor sharing: advance the clock to the first end at the current rate,
+        charge every running piece of work for the interval, and take the one that ended
+        (its report's end is the clock: when it really ended, not ``start + price``)."""
+        seq, interval = self._shared_interval()
+        self._charge_shared(interval)
         self.clock += interval
-        for item in self._sharing.values():
-            item[0] -= interval * rate
         _, action, report = self._sharing.pop(seq)
         if report is not None:
             report = replace(report, end=self.clock)
@@ -150,6 +232,7 @@ class SimCluster:
             if seq is not None:
                 self._cancelled.add(seq)
                 self._sharing.pop(seq, None)   # cancelled work stops taking a core share
+                self._transfers.pop(seq, None)   # or a share of the egress
 
     # ------------------------------------------------------------------ prices
     def _rows(self, prompt_ids: Sequence[str]) -> tuple[list[int], list[int]]:
@@ -170,6 +253,10 @@ class SimCluster:
             return timing.duration, MinibatchReport(action.minibatch_id, action.actor, action.version, start,
                                                     start + timing.duration, lengths)
         if isinstance(action, LoadWeights):
+            if (action.actor, action.version) in self._prefetched:   # the bytes are there: swap only
+                self._prefetched.discard((action.actor, action.version))
+                return s.swap_s, LoadReport(action.actor, action.version, start, start + s.swap_s, "collective",
+                                            swap_s=s.swap_s)
             duration = s.load_s()
             return duration, LoadReport(action.actor, action.version, start, start + duration)
         if isinstance(action, TrainStep):

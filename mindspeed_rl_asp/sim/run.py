@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated
+from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated, prefetches
 from ..control.loop import Done, Fanout, Observer, drive
 from ..control.policy_age import age_histogram, age_metrics, merge_age_histograms
 from .batching import Instance, full_batch_token_rate, lone_sequence_time
@@ -72,7 +72,23 @@ def setup_from_config(cfg) -> SimSetup:
                                                            len(placement.generators)), switch_s=switch,
                     recompute=engine.recompute == "full", grad_sync_s=grad_sync, host_cores=hardware.host_cores,
                     corun_slowdown=hardware.corun_slowdown, timeslice_slowdown=hardware.timeslice_slowdown,
-                    train_padding_rows=cfg.rl.micro_batch_size if engine.train_layout == "padded" else 0)
+                    train_padding_rows=cfg.rl.micro_batch_size if engine.train_layout == "padded" else 0,
+                    **prefetch_setup(cfg, model, hardware, engine, devices, link))
+
+
+def prefetch_setup(cfg, model, hardware, engine, devices: int, link: float) -> dict:
+    """What ``Prefetch`` costs (the collective transport with ``weights.prefetch``,
+    ``control.core.prefetches``): a transfer moves the weight bytes into one instance over
+    its own links (``devices x link``), capped by its share of the trainer's egress:
+    ``weight_sync_senders x link`` shared by every transfer running at once (0 senders:
+    the instances' links alone limit it); a load after a finished prefetch only copies the
+    bytes into the engine: each device reads and writes its share once over HBM,
+    ``2 x weight bytes / (devices x hbm_bandwidth)``. Without prefetch: nothing."""
+    if not prefetches(cfg):
+        return {}
+    return {"prefetch": True, "ingress_bandwidth": devices * link,
+            "trainer_egress": max(engine.weight_sync_senders, 0) * link,
+            "swap_s": 2.0 * model.weight_bytes / (devices * hardware.hbm_bandwidth)}
 
 
 def instance_load_bandwidth(cfg, hardware, engine, devices: int, link: float, colocated: bool, actors: int) -> float:
