@@ -12,7 +12,8 @@
   prefetch that fails mid-way is a ``Failed(Prefetch)`` after which the load moves it;
 * short asp-train runs: 2 trainer ranks with the collective transport and a transfer
   failure injected (the run goes on; no actor ever generates with a version it has not
-  completely loaded), the files transport, and (with vllm installed) a vLLM actor
+  completely loaded), the collective transport with the core's prefetch, the files
+  transport, and (with vllm installed) a vLLM actor
   taking collective versions into its running engine.
 """
 import importlib.util
@@ -211,6 +212,20 @@ def test_two_trainer_ranks_and_a_failed_collective_transfer_train_on(ray_cluster
     assert all(s["info"]["transport"] == "collective" and s["info"]["bytes"] > 0 for s in loads)
     assert generated_only_with_loaded_versions(spans)
     assert (run_dir / "final_policy" / "model.safetensors").is_file()
+
+
+def test_collective_transport_with_the_cores_prefetch_trains_on(ray_cluster, tmp_path):
+    """Two generation actors, versions prefetched as the core decides (whether a given
+    prefetch wins the race with its actor's minibatch depends on timing, so only what
+    the design guarantees is checked: the run ends, every load is collective, and no
+    actor generates with a version it has not completely loaded)."""
+    cfg, run_dir, summary = run(tmp_path, "weights.transport=collective", "weights.bucket_mb=0.5",
+                                "weights.prefetch=true", "steps=3")   # the local layout: 2 actors
+    assert summary["steps"] == 3 and summary["generation_failures"] == 0
+    spans = read_jsonl(run_dir / "timeline.jsonl")
+    loads = [s for s in spans if s["kind"] == "load_weights"]
+    assert loads and all(s["info"]["transport"] == "collective" for s in loads)
+    assert generated_only_with_loaded_versions(spans)
 
 
 def test_files_transport_trains_and_keeps_only_live_versions(ray_cluster, tmp_path):

@@ -431,8 +431,8 @@ class WeightsConfig:
     ``object_store``: Ray's object store (fine for small models). ``collective``: from
     trainer rank 0 to each actor over a torch.distributed pair group (gloo / nccl /
     hccl by layout.device_type) in buckets of ``bucket_mb``, swapped in only once
-    complete; ``prefetch`` starts every actor's transfer when the version is published,
-    while it generates. ``files``: safetensors in ``dir`` ("" = <run_dir>/weights; on a
+    complete; ``prefetch``: the control core moves a published version to each actor
+    still generating ahead of its load (its ``Prefetch`` action), so the load only swaps. ``files``: safetensors in ``dir`` ("" = <run_dir>/weights; on a
     cluster, a file system every node sees). ``timeout_s`` bounds a transfer's wait.
     """
 
