@@ -21,8 +21,9 @@ exactly as ``asp-train`` does, ``--repeats`` times per row (median reported):
 * ``collective``, sent at load (``weights.prefetch=false``), one row per bucket size:
   rank 0 packs the version into its flat buffer at publish; the load waits for the
   buckets over the gloo pair group, then swaps them in.
-* ``collective``, prefetched (the default): the transfer starts at publish on both
-  transport threads; the load only swaps. Measured twice: with the actor idle, and with
+* ``collective``, prefetched (the default): the control core's ``Prefetch`` starts the
+  transfer on both transport threads right after the publish; the load, submitted once
+  it ended (as the core does), only swaps. Measured twice: with the actor idle, and with
   the actor generating a minibatch while the version arrives (what ASP does), against
   the same minibatch generated without a transfer.
 
@@ -121,12 +122,10 @@ class Versions:
         return self.v
 
 
-def one_refresh(cluster, version: int, prefetch_wait: bool = False, during=None) -> dict:
-    """Publish ``version``, (optionally wait for its prefetch / run ``during()`` meanwhile),
-    then load it on actor 0; the timings of one row."""
-    import ray
-
-    from mindspeed_rl_asp.control.core import LoadWeights, Publish
+def one_refresh(cluster, version: int, prefetch: bool = False, during=None) -> dict:
+    """Publish ``version``, (optionally prefetch it, as the control core's ``Prefetch``
+    does, and run ``during()`` meanwhile), then load it on actor 0; the timings of one row."""
+    from mindspeed_rl_asp.control.core import LoadWeights, Prefetch, Publish
     from mindspeed_rl_asp.control.loop import Done
 
     t0 = time.perf_counter()
@@ -136,12 +135,15 @@ def one_refresh(cluster, version: int, prefetch_wait: bool = False, during=None)
     if not isinstance(event, Done):
         raise RuntimeError(f"publish v{version} failed: {event.error}")
     row = {"publish_s": publish_s}
-    link = getattr(cluster.transport, "links", None)
+    if prefetch:
+        cluster.submit(Prefetch(0, version))
     if during is not None:
         row["generate_s"] = during()
-    if prefetch_wait and link:
-        arrival = ray.get(link[0].transfers[version].receive_ref)
-        row["wire_s"] = arrival["seconds"]
+    if prefetch:
+        event = cluster.next_event()   # the load waits for its prefetch, as the core makes it
+        if not isinstance(event, Done):
+            raise RuntimeError(f"prefetch v{version} failed: {event.error}")
+        row["wire_s"] = event.info["seconds"]
     t1 = time.perf_counter()
     cluster.submit(LoadWeights(0, version))
     event = cluster.next_event()
@@ -199,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                                       timeout_s=300.0, dir=str(work / "weights"))
             transport = make_transport(weights, [trainer], [gen], work, "cpu", local=True)
             cluster = RayCluster([gen], [trainer], {}, 0, transport)
-            one_refresh(cluster, versions.next(), prefetch_wait=prefetch and during is None)   # warm-up
-            samples = [one_refresh(cluster, versions.next(), prefetch_wait=prefetch and during is None,
-                                   during=during) for _ in range(repeats)]
+            one_refresh(cluster, versions.next(), prefetch=prefetch)   # warm-up
+            samples = [one_refresh(cluster, versions.next(), prefetch=prefetch, during=during)
+                       for _ in range(repeats)]
             label = name if name != "collective" else (
                 f"collective, {bucket_mb:g} MB buckets, " + ("prefetched" if prefetch else "sent at load"))
             if during is not None:

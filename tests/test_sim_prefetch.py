@@ -7,7 +7,6 @@ costs the local swap alone; the constants come from the hardware and engine prof
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
