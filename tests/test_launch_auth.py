@@ -74,7 +74,9 @@ def test_a_wrong_token_cannot_join(tmp_path):
     new_token(str(right))
     new_token(str(wrong))
     port = 20000 + os.getpid() % 20000
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(right)}
+    # The head stops at SIGTERM without Ray's 30 s drain (nothing runs on it to drain).
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(right),
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     env.pop("RAY_ADDRESS", None)
     # A short session directory of its own: Ray's unix sockets live in it (at most 107 bytes a path).
     session = tempfile.mkdtemp(prefix="asp-ray-")
@@ -94,8 +96,9 @@ def test_a_wrong_token_cannot_join(tmp_path):
             time.sleep(1)
         joined = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=180)
         assert joined.returncode == 0 and "joined 1.0" in joined.stdout, (joined.stdout, joined.stderr[-2000:])
-        bad = subprocess.run([sys.executable, "-c", probe], env={**env, "RAY_AUTH_TOKEN_PATH": str(wrong)},
-                             capture_output=True, text=True, timeout=180)
+        # A refused driver retries the head for about 20 s (one try a second); 3 tries show it all the same.
+        bad = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180,
+                             env={**env, "RAY_AUTH_TOKEN_PATH": str(wrong), "RAY_gcs_server_port_wait_time_s": "3"})
         assert bad.returncode == 3 and "refused" in bad.stdout, (bad.stdout, bad.stderr[-2000:])
         assert "InvalidAuthToken" in bad.stderr or "Authentication" in bad.stderr
     finally:
