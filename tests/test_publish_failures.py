@@ -31,15 +31,13 @@ def publish(cluster, version):
     return cluster.next_event()
 
 
-@pytest.fixture
-def trainer_and_clusters(ray_cluster, tmp_path):
+def start_trainer_and_clusters(ray, tmp_path):
     """One trainer actor and a RayCluster per transport over it (no generation actors: a
     publish needs none)."""
     from mindspeed_rl_asp.runtime.ray_cluster import RayCluster
     from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
     from mindspeed_rl_asp.runtime.transport import actor_class_options, make_transport
 
-    ray = ray_cluster
     cfg = load_config(["task.num_prompts=8", "rl.global_batch_size=4", "rl.mini_batch_size=2",
                        "weights.transport=collective", "weights.timeout_s=30"])
     trainer = ray.remote(num_cpus=1, **actor_class_options("collective", "train", 1))(TrainingWorker).remote(
@@ -50,17 +48,36 @@ def trainer_and_clusters(ray_cluster, tmp_path):
         for name in TRANSPORTS:
             weights = OmegaConf.merge(cfg.weights, {"transport": name, "dir": str(tmp_path / "weights")})
             clusters[name] = RayCluster([], [trainer], {}, 0, make_transport(weights, [trainer], [], tmp_path))
-        yield ray, trainer, clusters
-    finally:
+    except BaseException:
         ray.kill(trainer)
+        raise
+    return trainer, clusters
+
+
+@pytest.fixture(scope="module")
+def shared_trainer_and_clusters(ray_cluster, tmp_path_factory):
+    """For the export failures, one trainer for every transport: each case uses its own
+    transport's cluster (and store) once, and starting a trainer is most of a case's time."""
+    trainer, clusters = start_trainer_and_clusters(ray_cluster, tmp_path_factory.mktemp("publish"))
+    yield ray_cluster, trainer, clusters
+    ray_cluster.kill(trainer)
+
+
+@pytest.fixture
+def trainer_and_clusters(ray_cluster, tmp_path):
+    """A trainer of the test's own (the test kills it)."""
+    trainer, clusters = start_trainer_and_clusters(ray_cluster, tmp_path)
+    yield ray_cluster, trainer, clusters
+    ray_cluster.kill(trainer)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_an_export_that_raises_fails_the_publish(trainer_and_clusters, transport):
+def test_an_export_that_raises_fails_the_publish(shared_trainer_and_clusters, transport):
     from mindspeed_rl_asp.control.loop import Done, Failed
 
-    ray, trainer, clusters = trainer_and_clusters
+    ray, trainer, clusters = shared_trainer_and_clusters
     cluster = clusters[transport]
+    assert cluster.store.latest == 0
     ray.get(trainer.inject_export_failure.remote())
     event = publish(cluster, 1)
     assert isinstance(event, Failed), event
