@@ -17,7 +17,6 @@ from collections import Counter
 import pytest
 
 from mindspeed_rl_asp.config.load import load_config, make_run_dir
-from mindspeed_rl_asp.control.loop import TrainerFailed
 from mindspeed_rl_asp.runtime.driver import run_training
 from mindspeed_rl_asp.tasks import base_prompt_id
 
@@ -142,33 +141,3 @@ def test_last_actor_retired_stops_the_run_with_a_clear_error(ray_cluster, tmp_pa
     assert summary["failed"] and "every generation actor (1) is retired" in summary["error"]
     assert [f["kind"] for f in summary["faults"]] == ["died", "retired"]
     assert summary["steps"] == 0 and summary["consumed_prompt_ids"] == []
-
-
-def trainer_pids(ray):
-    """The pids Ray records for the live Training Unit actors of this session's cluster."""
-    from ray._private import state
-
-    return [a["Pid"] for a in state.actors().values()
-            if a["ActorClassName"] == "TrainingWorker" and a["State"] == "ALIVE"]
-
-
-def test_killed_trainer_stops_the_run_with_trainer_failed(ray_cluster, tmp_path):
-    """Trainer ranks are not restarted (their optimizer state would be lost): a killed one
-    ends the run with TrainerFailed and a summary marked failed. It is killed once version 1
-    is published (on_step runs then), so the next trainer call is step 1's; a failed
-    publish is tested apart, for every transport (tests/test_publish_failures.py)."""
-    killed = []
-
-    def kill_trainer_after_first_step(metrics):
-        if not killed:
-            (pid,) = trainer_pids(ray_cluster)
-            assert pid != os.getpid()
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    with pytest.raises(TrainerFailed, match="training step 1 failed"):
-        run(tmp_path, on_step=kill_trainer_after_first_step)
-    assert killed
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["failed"] and summary["steps"] == 1 and "failed" in summary["error"]
-    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]

@@ -28,8 +28,9 @@ def trainer_pids(ray):
 
 def test_a_killed_trainer_is_one_line_with_the_resume_command(ray_cluster, tmp_path, capfd):
     """The trainer's process is killed after version 3 is published (no checkpoint is due
-    then; step_000002 exists): the next step fails, and the error is one line naming the
-    trainer, with the resume command; Ray's own actor-death text reaches no terminal."""
+    then; step_000002 exists): the next step fails (trainer ranks are not restarted: their
+    optimizer state would be lost), and the error is one line naming the trainer, with the
+    resume command; Ray's own actor-death text reaches no terminal."""
     cfg = load_config([*SMALL, "save_every=2", f"run_dir={tmp_path / 'run'}"])
     run_dir = make_run_dir(cfg, "test")
     killed = []
@@ -48,7 +49,8 @@ def test_a_killed_trainer_is_one_line_with_the_resume_command(ray_cluster, tmp_p
     assert message.startswith("training step 3 failed: ") and f"(actor TrainingWorker, pid {killed[0]})" in message
     assert message.endswith(f"; resume with `asp-train resume={run_dir}` (from step_000002)")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["failed"] and summary["steps"] == 3
+    assert summary["failed"] and summary["steps"] == 3 and "failed" in summary["error"]
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert summary["resume_command"] == f"asp-train resume={run_dir}"
     assert summary["checkpoint"].endswith("step_000002")
     assert "died" in summary["error_detail"].lower()   # Ray's full text is kept here, not printed
