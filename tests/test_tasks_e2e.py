@@ -32,8 +32,7 @@ def read(run_dir):
     return summary, metrics
 
 
-@pytest.mark.parametrize("predictor, report_kind", [("reference", None), ("lm", "lm")])
-def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch, predictor, report_kind):
+def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir, monkeypatch):
     rows = [{"problem": f"What is {i} * 3?", "answer": str(3 * i),
              "solution": f"<think>{i} times 3</think> \\boxed{{{3 * i}}}"} for i in range(8)]
     train, held = jsonl(tmp_path / "train.jsonl", rows), jsonl(tmp_path / "held.jsonl", rows[:3])
@@ -41,18 +40,16 @@ def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir,
         "def mentions_answer(response, prompt):\n    return float(prompt.answer in response)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # importable here; the trainer actor gets the path from the task
     run_dir = tmp_path / "run"
-    # The planner (asp) reads each prompt's length off its reference solution (predictor=reference)
-    # or from a length predictor fitted on the random Qwen3's own samples (lm).
+    # The planner (asp) reads each prompt's length off its reference solution (predictor=reference);
+    # a predictor fitted on a dataset without reference lengths (lm) is the maze-rows test below.
     rc = main(["task=dataset", f"task.path={train}", f"task.eval_path={held}", "task.prompt_key=problem",
-               "task.reference_key=solution", f"scheduler.predictor={predictor}",
+               "task.reference_key=solution", "scheduler.predictor=reference",
                "task.verifier_function=[math_verify,e2e_user_rewards:mentions_answer]",
                "task.verifier_weight=[1.0,0.1]", f"model.path={qwen3_dir}", f"run_dir={run_dir}", *SMALL])
     assert rc == 0
     summary, metrics = read(run_dir)
     assert summary["steps"] == 2 and summary["task"]["prompts"] == 8
-    # The predictor in the loop reports what it fitted; reference lengths need no report.
-    report = run_dir / "predictor.json"
-    assert (json.loads(report.read_text())["kind"] if report.is_file() else None) == report_kind
+    assert not (run_dir / "predictor.json").exists()   # reference lengths: no predictor fitted, no report
     assert summary["task"]["rewards"] == ["math_verify", "e2e_user_rewards:mentions_answer"]
     assert (summary["task"]["correctness_reward"], summary["task"]["integrity_reward"]) == \
         ("math_verify", "nonempty_answer")
