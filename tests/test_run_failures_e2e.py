@@ -16,7 +16,9 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["task.num_prompts=8", "steps=4", "rl.global_batch_size=2", "rl.mini_batch_size=2",
          "rl.n_samples_per_prompt=2", "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=48",
-         "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0"]
+         "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0",
+         # One generation actor: no check here needs two, and each actor's start-up is most of a run's time.
+         "layout.nodes=2", "layout.gen_nodes=1"]
 
 
 def trainer_pids(ray):

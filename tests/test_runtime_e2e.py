@@ -18,6 +18,11 @@ SMALL = ["task.num_prompts=24", "steps=2", "rl.global_batch_size=4", "rl.mini_ba
          "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0"]
 
 
+# For the runs that stop early: one generation actor is all their checks need, and each
+# actor's process start-up is most of a short run's time.
+ONE_ACTOR = ("layout.nodes=2", "layout.gen_nodes=1")
+
+
 def run(tmp_path, *overrides, **faults):
     cfg = load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *overrides])
     run_dir = make_run_dir(cfg, "test")
@@ -104,7 +109,7 @@ def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_re
 
 def test_trainer_error_stops_cleanly(ray_cluster, tmp_path):
     with pytest.raises(TrainerFailed, match="injected trainer failure at step 1"):
-        run(tmp_path, fail_trainer_at_step=1)
+        run(tmp_path, *ONE_ACTOR, fail_trainer_at_step=1)
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file()
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0]
@@ -126,7 +131,7 @@ def test_ctrl_c_stops_cleanly(ray_cluster, tmp_path, capsys):
     threading.Thread(target=interrupt_after_first_step, daemon=True).start()
     # Far more steps than the interrupt needs (steps take 0.1-0.5 s here), so that the
     # run cannot finish before the signal lands.
-    rc = main([*SMALL, "steps=200", "task.num_prompts=40", f"run_dir={run_dir}"])
+    rc = main([*SMALL, *ONE_ACTOR, "steps=200", "task.num_prompts=40", f"run_dir={run_dir}"])
     assert rc == 130
     assert "interrupted (SIGINT)" in capsys.readouterr().out
     assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.jsonl").is_file()
