@@ -23,6 +23,11 @@ SMALL = ["task.num_prompts=16", "rl.global_batch_size=4", "rl.mini_batch_size=2"
          "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=96", "scheduler.base_batch_size=2",
          "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0", "save_every=2"]
 
+# For the SIGTERM runs: one generation actor is all their checks need, and each actor's
+# process start-up is most of a short run's time (the SIGKILL run keeps two, so that
+# minibatches finish out of order across the kill).
+ONE_ACTOR = ("layout.nodes=2", "layout.gen_nodes=1")
+
 
 def start_driver(ray_cluster, run_dir, *overrides):
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
@@ -96,7 +101,7 @@ def test_sigterm_stops_like_ctrl_c_with_a_checkpoint(ray_cluster, tmp_path):
     from mindspeed_rl_asp.cli.train import main
 
     run_dir = tmp_path / "run"
-    proc = start_driver(ray_cluster, run_dir, "steps=200", "task.num_prompts=40", "save_every=1000")
+    proc = start_driver(ray_cluster, run_dir, *ONE_ACTOR, "steps=200", "task.num_prompts=40", "save_every=1000")
     wait_for(lambda: (run_dir / "metrics.jsonl").is_file(), proc)
     os.kill(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
@@ -129,7 +134,8 @@ def test_a_step_finishing_inside_sigterm_is_recorded_and_the_resume_sees_whole_e
     from mindspeed_rl_asp.config.load import load_config, make_run_dir
     from mindspeed_rl_asp.runtime.driver import run_training
 
-    cfg = load_config([*SMALL, "task.num_prompts=8", "steps=4", "save_every=3", f"run_dir={tmp_path / 'run'}"])
+    cfg = load_config([*SMALL, *ONE_ACTOR, "task.num_prompts=8", "steps=4", "save_every=3",
+                       f"run_dir={tmp_path / 'run'}"])
     run_dir = make_run_dir(cfg, "train")
 
     def sigterm_at_step_1(metrics):
