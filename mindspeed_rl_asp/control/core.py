@@ -11,6 +11,7 @@ discrete-event simulator drive this same object through the one loop,
     # core.on_groups_rejected(prompt_ids)
     # core.on_weights_loaded(actor, v) | core.on_load_failed(actor, v)
     # core.on_train_step_done(step) | core.on_published(v)
+    # core.on_checkpointed(v)
     # ... until poll() returns Finish (after the last version is published).
 
 The shell keeps the samples (keyed by prompt id); the core tracks ids, counts, versions,
@@ -73,6 +74,18 @@ Rules (proofs in docs/control.md):
   ``Generate`` go to an actor while its prefetch runs: the load that follows a finished
   prefetch only swaps, and one that follows a failed prefetch moves the version itself
   (the usual load), so a failed prefetch costs time, never the run.
+* Checkpoint (``save_every=K``): once version ``v`` is published and ``v % K == 0``
+  the core issues ``Checkpoint(v)`` (the trainer's state and the control state at ``v``);
+  no step starts while it runs (the trainer ranks write it), and ``Finish`` waits for it.
+  An interrupted run's shell asks :meth:`ControlCore.settle`: it publishes a trained
+  version not yet published, then checkpoints the trainer's version once. No version is
+  checkpointed twice; a resumed core's start version counts as checkpointed (it was
+  loaded from one). A failed checkpoint stops the run (the loop's ``CheckpointFailed``).
+* Resume (``start_version=v``): the core starts where a checkpoint of version ``v`` left
+  off: trainer, published and actor versions are ``v``, and admission counts the ``v x
+  global_batch_size`` prompts the earlier segments consumed, so every version, step,
+  deadline and age is the run's own; ``total_steps`` is the run's, the plan covers the
+  steps from ``v`` on.
 """
 from __future__ import annotations
 
@@ -90,6 +103,7 @@ from .staleness import StalenessControl, first_window_gap
 
 __all__ = ["ControlConfig", "ControlCore", "Generate", "LoadWeights", "TrainStep", "Publish", "Finish", "Action",
            "Prefetch",
+           "Checkpoint",
            "is_colocated", "REFRESH_POLICIES", "AT_FINISH",
            "ActorSnapshot", "Snapshot", "Ledger", "ProtocolError", "PlannedMinibatch",
            "AwaitActor", "ActorsExhausted", "TooManyRejected",
@@ -127,6 +141,10 @@ class ControlConfig:
     (0: no limit).
     ``prefetch``: the weight transport can move a published version to an actor ahead of
     its load (``Prefetch``; the collective transport with ``weights.prefetch``).
+    ``save_every``: checkpoint every that many versions (0: only at an interrupt, when
+    the shell asks: never, for a shell that does not); ``start_version``: the version a
+    resumed run starts at (its checkpoint's; 0 for a new run); ``total_steps`` counts
+    from 0 either way.
     Plan-independent checks run here; ``ControlCore`` checks the rest against the plan.
     """
 
@@ -145,6 +163,8 @@ class ControlConfig:
     filter_groups: str = "none"
     max_gen_batches: int = 0
     prefetch: bool = False
+    save_every: int = 0
+    start_version: int = 0
 
     def __post_init__(self) -> None:
         p: list[str] = []
@@ -165,6 +185,11 @@ class ControlConfig:
         _check_int(p, "max_gen_batches", self.max_gen_batches, 0)
         if not isinstance(self.prefetch, bool):
             p.append(f"prefetch={self.prefetch!r} must be a bool")
+        _check_int(p, "save_every", self.save_every, 0)
+        _check_int(p, "start_version", self.start_version, 0)
+        if not p and self.total_steps is not None and self.start_version >= self.total_steps:
+            p.append(f"start_version={self.start_version} leaves nothing to train: total_steps="
+                     f"{self.total_steps}; resume with more steps, or start a new run")
         if not p and self.max_staleness < self.refresh_interval - 1:
             p.append(f"max_staleness={self.max_staleness} is below refresh_interval - 1 = "
                      f"{self.refresh_interval - 1}: actors keep their weights for refresh_interval "
@@ -184,9 +209,11 @@ class ControlConfig:
         return self.global_batch_size * self.n_samples_per_prompt
 
     @classmethod
-    def from_root(cls, cfg: Any, num_actors: int, total_steps: Optional[int] = None) -> "ControlConfig":
-        """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``;
-        colocated as :func:`is_colocated` says; ``prefetch`` as :func:`prefetches` says."""
+    def from_root(cls, cfg: Any, num_actors: int, total_steps: Optional[int] = None,
+                  start_version: int = 0) -> "ControlConfig":
+        """From a ``RootConfig``: ``rl`` batch geometry, ``mode`` knobs, ``steps``,
+        ``save_every``; colocated as :func:`is_colocated` says; ``prefetch`` as
+        :func:`prefetches` says."""
         mode, rl = cfg.mode, cfg.rl
         algo = getattr(cfg, "algo", None)
         return cls(num_actors=num_actors, global_batch_size=rl.global_batch_size,
@@ -199,7 +226,8 @@ class ControlConfig:
                    at_finish=getattr(mode, "at_finish", "cancel"),
                    filter_groups=getattr(algo, "filter_groups", "none"),
                    max_gen_batches=getattr(algo, "max_num_gen_batches", 0),
-                   prefetch=prefetches(cfg))
+                   prefetch=prefetches(cfg), save_every=getattr(cfg, "save_every", 0),
+                   start_version=start_version)
 
 
 def is_colocated(mode: Any) -> bool:
@@ -263,6 +291,20 @@ class Publish:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """Save the run at ``version`` atomically: the trainer's weights and optimizer, and the
+    control state the core holds then: ``consumed`` (the prompt ids this core trained, in
+    order), ``minibatches`` (its dispatch list, ``(minibatch id, prompt ids)``) and
+    ``ages`` (its policy-age histogram, ``(age, prompt groups)`` pairs). Plain data, so
+    the shell writes it without asking the core again."""
+
+    version: int
+    consumed: tuple[str, ...] = ()
+    minibatches: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    ages: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Finish:
     """All ``steps`` are trained and the last version is published. Prompts never
     trained on, by reason: ``not_dispatched``: beyond what ``steps`` need (incl. the last
@@ -295,7 +337,7 @@ class TooManyRejected(RuntimeError):
     generation batches (``algo.max_num_gen_batches``) allow, or the prompts ran out."""
 
 
-Action = Union[Generate, LoadWeights, TrainStep, Publish, Finish, AwaitActor, Prefetch]
+Action = Union[Generate, LoadWeights, TrainStep, Publish, Checkpoint, Finish, AwaitActor, Prefetch]
 
 
 # ---------------------------------------------------------------------- snapshots
@@ -312,7 +354,8 @@ class ActorSnapshot:
 class Snapshot:
     """Metrics view. ``trainer_wait`` says why no step runs: ``publish`` (version not yet
     published), ``queue`` (fewer than a batch queued), ``deadline`` (an older prompt is
-    still running), ``colocated`` (generation still draining), or None."""
+    still running), ``colocated`` (generation still draining), ``checkpoint`` (the
+    trainer writes a checkpoint), or None."""
 
     trainer_version: int
     published_version: int
@@ -361,13 +404,14 @@ class ControlCore:
         self.config = config
         mbs = as_minibatches(minibatches)
         self.total_steps = _check_plan(config, mbs)
-        self.dispatcher = Dispatcher(mbs, config.num_actors)
+        start = config.start_version
+        self.dispatcher = Dispatcher(mbs, config.num_actors, initial_version=start)
         self.queue = TrainingQueue(config.queue_capacity, config.n_samples_per_prompt,
                                    config.high_watermark, config.low_watermark)
         self.staleness = StalenessControl(config.max_staleness, config.global_batch_size,
-                                          self.total_steps)
-        self.trainer_version = 0
-        self.published_version = 0
+                                          self.total_steps, start_version=start)
+        self.trainer_version = start
+        self.published_version = start
         self.training: Optional[TrainStep] = None
         self.publishing: Optional[int] = None      # version being exported, not yet published
         self.finished = False
@@ -378,7 +422,8 @@ class ControlCore:
         self.refills = 0                           # passes appended by refill
         self._rejected: list[str] = []
         self._rejected_for_step = 0                # rejected since the last step started
-        self._dispatched = 0                       # prompts dispatched (first dispatches only)
+        # Prompts dispatched (first dispatches only), counting those of the steps before start.
+        self._dispatched = start * config.global_batch_size
         self.extra_minibatches = 0                 # dispatched after _dispatched reached every step's need
         self.epoch_replan = replan
         self.replans: list[ReplanRecord] = []      # what the re-plan rule did, in order
@@ -386,6 +431,9 @@ class ControlCore:
         self._replanned: set[int] = set(replan.done) if replan is not None else set()
         self._prefetching: dict[int, int] = {}     # actor -> version of its Prefetch in flight
         self._prefetch_tried: dict[int, int] = {}  # actor -> newest version a Prefetch was issued for
+        self.checkpointing: Optional[Checkpoint] = None   # issued, not yet reported
+        # The newest version checkpointed (a resumed core's start: it was loaded from one).
+        self.checkpointed: Optional[int] = start if start else None
 
     # ------------------------------------------------------------------ decide
     def poll(self) -> list[Action]:
@@ -394,11 +442,12 @@ class ControlCore:
         is published (work may still be in flight: see ``in_flight``); [] after that."""
         if self.finished:
             return []
-        if self.published_version == self.total_steps:
+        checkpoint = self._checkpoint_due()
+        if checkpoint is None and self.checkpointing is None and self.published_version == self.total_steps:
             self.finished = True
             return [self._finish()]
         self._check_rejections()
-        actions: list[Action] = []
+        actions: list[Action] = [] if checkpoint is None else [checkpoint]
         publish = self.publish_due()
         if publish is not None:
             actions.append(publish)
@@ -406,7 +455,8 @@ class ControlCore:
         batch = self._ready_batch()
         if batch is not None and not (colocated and self.dispatcher.busy()):
             actions.append(self._start_step(batch))
-        trainer_busy = self.training is not None or self.publishing is not None or batch is not None
+        trainer_busy = self.training is not None or self.publishing is not None or batch is not None \
+            or self.checkpointing is not None
         if not (colocated and trainer_busy):
             actions.extend(self._feed_actors())
             actions.extend(self._prefetches())
@@ -470,6 +520,8 @@ class ControlCore:
             return None
         if self.published_version != self.trainer_version:
             return "publish"
+        if self.checkpointing is not None:
+            return "checkpoint"
         batch = self.queue.oldest(self.config.global_batch_size)
         if len(batch) < self.config.global_batch_size:
             return "queue"
@@ -629,6 +681,46 @@ class ControlCore:
                    for pid in self.dispatcher.minibatches[k].prompt_ids]
         return Finish(self.trainer_version, tuple(pending),
                       tuple(g.prompt_id for g in self.queue.groups()), tuple(running), tuple(self._rejected))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_due(self, interrupted: bool = False) -> Optional[Checkpoint]:
+        """The checkpoint the rules ask for now (committed as issued), or None: the
+        trainer's version, once it is published and nothing of the trainer runs, if it is
+        a multiple of ``save_every`` past the start (or the run is ``interrupted``: any
+        version, with ``save_every``) and was not checkpointed yet."""
+        every, v = self.config.save_every, self.trainer_version
+        if not every or v == self.checkpointed or self.published_version != v:
+            return None
+        if self.training is not None or self.publishing is not None or self.checkpointing is not None:
+            return None
+        if (v % every or v == self.config.start_version) and not interrupted:
+            return None
+        self.checkpointing = Checkpoint(
+            v, tuple(self._consumed),
+            tuple((mb.minibatch_id, tuple(mb.prompt_ids)) for mb in self.dispatcher.minibatches),
+            tuple(merge_age_histograms(self.ages).items()))
+        self.checkpointed = v
+        return self.checkpointing
+
+    def settle(self) -> list[Action]:
+        """What an interrupted run still does once the shell stopped generation (Ctrl-C,
+        SIGTERM; ``loop.Loop.interrupt``): publish a trained version not yet published
+        (so the step is recorded like any other), then, with ``save_every``, checkpoint the
+        trainer's version if it was not yet (so the run resumes from there). Committed as
+        issued; [] while a step, publish or checkpoint runs, or when nothing is left."""
+        publish = self.publish_due()
+        if publish is not None:
+            return [publish]
+        checkpoint = self._checkpoint_due(interrupted=True)
+        return [] if checkpoint is None else [checkpoint]
+
+    def on_checkpointed(self, version: int) -> None:
+        """The checkpoint of ``version`` is written whole (committed); the trainer is free."""
+        running = None if self.checkpointing is None else self.checkpointing.version
+        if version != running:
+            raise ProtocolError(f"checkpoint of version {version} reported written; the checkpoint "
+                                f"being written is {running}")
+        self.checkpointing = None
 
     # ------------------------------------------------------------------ events
     def on_generated(self, actor: int, minibatch_id: str,
@@ -821,7 +913,7 @@ class ControlCore:
     def in_flight(self) -> list[Action]:
         """Every action issued whose completion has not been reported, in a fixed order
         (generation and loads by actor, then the train step, then the publish, then the
-        restarts awaited, by actor, then the prefetches, by actor). Empty
+        checkpoint, then the restarts awaited, by actor, then the prefetches, by actor). Empty
         while the core waits on nothing: then a ``poll`` returning [] is a deadlock."""
         d = self.dispatcher
         out: list[Action] = []
@@ -835,6 +927,8 @@ class ControlCore:
             out.append(self.training)
         if self.publishing is not None:
             out.append(Publish(self.publishing))
+        if self.checkpointing is not None:
+            out.append(self.checkpointing)
         out.extend(AwaitActor(a) for a in sorted(self._awaiting))
         out.extend(Prefetch(a, v) for a, v in sorted(self._prefetching.items()))
         return out
@@ -910,18 +1004,21 @@ def _check_plan(config: ControlConfig, mbs: list[PlannedMinibatch]) -> int:
         raise ValueError(f"queue_capacity={config.queue_capacity} samples cannot hold minibatch "
                          f"{largest.minibatch_id!r}: {largest.size} prompts x n_samples_per_prompt={n} "
                          f"= {largest.size * n}")
-    full_steps = len(seen) // b
-    if full_steps < 1:
+    start = config.start_version
+    full_steps = start + len(seen) // b   # a resumed core's plan covers the steps from start on
+    if full_steps < start + 1:
         raise ValueError(f"the plan has {len(seen)} prompts, fewer than one step "
                          f"(global_batch_size={b})")
     steps = full_steps if config.total_steps is None else config.total_steps
     if steps > full_steps:
-        raise ValueError(f"total_steps={steps} needs {steps * b} prompts (global_batch_size={b}); "
-                         f"the plan has {len(seen)}, enough for {full_steps} steps")
+        since = f" from start_version={start}" if start else ""
+        raise ValueError(f"total_steps={steps}{since} needs {(steps - start) * b} prompts "
+                         f"(global_batch_size={b}); the plan has {len(seen)}, enough for {full_steps - start} steps")
     # With filter_groups the core splits a minibatch that cannot go whole at quiescence
     # (docs/control.md, "Rejection"), which keeps any plan live: no window rule then.
     gap = None if config.filter_groups != "none" else first_window_gap(
-        [mb.size for mb in mbs], b, config.max_staleness, config.queue_capacity // n, steps, config.refresh_interval)
+        [mb.size for mb in mbs], b, config.max_staleness, config.queue_capacity // n, steps, config.refresh_interval,
+        start)
     if gap is not None:
         mb = mbs[gap.index]
         raise ValueError(
@@ -929,7 +1026,8 @@ def _check_plan(config: ControlConfig, mbs: list[PlannedMinibatch]) -> int:
             f"minibatch {mb.minibatch_id!r} ({mb.size} prompts) would take the {gap.before} before it "
             f"past the limit {gap.limit} = min((max_staleness + r + 1) x global_batch_size, "
             f"step x global_batch_size + queue_capacity // n_samples_per_prompt) with "
-            f"r = step - step % refresh_interval = {gap.step - gap.step % config.refresh_interval}, "
+            f"r = max(start_version, step - step % refresh_interval) = "
+            f"{max(start, gap.step - gap.step % config.refresh_interval)}, "
             f"max_staleness={config.max_staleness}, global_batch_size={b}, "
             f"queue_capacity={config.queue_capacity}, n_samples_per_prompt={n}. Raise max_staleness "
             f"or queue_capacity, or plan minibatches whose boundaries meet every multiple of "

@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
-from .core import Action, AwaitActor, ControlCore, Finish, Generate, LoadWeights, Prefetch, Publish, TrainStep
+from .core import (Action, AwaitActor, Checkpoint, ControlCore, Finish, Generate, LoadWeights, Prefetch, Publish,
+                   TrainStep)
 
 __all__ = ["Done", "Failed", "Event", "Cluster", "Observer", "Fanout", "Outcome", "Loop", "drive",
-           "apply_event", "TrainerFailed", "ControlDeadlock"]
+           "apply_event", "TrainerFailed", "CheckpointFailed", "ControlDeadlock"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,17 @@ Event = Union[Done, Failed]
 
 class TrainerFailed(RuntimeError):
     """The Training Unit failed a step or a publish: the run stops (what was written stays)."""
+
+
+class CheckpointFailed(TrainerFailed):
+    """A checkpoint could not be written (a full or read-only disk, a trainer rank that
+    raised or died): the run stops, the previous checkpoint stays. ``cause``: what the
+    cluster reported (``Failed.info``; an ``OSError`` for a disk error), so the command can
+    print its one line."""
+
+    def __init__(self, message: str, cause: Any = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class ControlDeadlock(RuntimeError):
@@ -136,7 +148,7 @@ def apply_event(core: ControlCore, event: Event) -> None:
     (restarting); ``AwaitActor`` done (``info``: the version the restarted actor holds)
     brings it back, failed retires it; a prefetch ends either way (failed or lost: the
     actor's load moves the version itself); a failed train step or publish raises
-    ``TrainerFailed``."""
+    ``TrainerFailed``, a failed checkpoint ``CheckpointFailed``."""
     a = event.action
     ok = isinstance(event, Done)
     if isinstance(a, (Generate, LoadWeights)) and not ok and event.lost:
@@ -165,6 +177,10 @@ def apply_event(core: ControlCore, event: Event) -> None:
         if not ok:
             raise TrainerFailed(f"publishing version {a.version} failed: {event.error}")
         core.on_published(a.version)
+    elif isinstance(a, Checkpoint):
+        if not ok:
+            raise CheckpointFailed(f"checkpoint of version {a.version} failed: {event.error}", event.info)
+        core.on_checkpointed(a.version)
     else:
         raise TypeError(f"no event is defined for {a!r}")
 
@@ -198,19 +214,18 @@ class Loop:
 
     def interrupt(self, finish_training: bool = False) -> Outcome:
         """Stop before Finish (Ctrl-C, SIGTERM): work in flight is cancelled. With
-        ``finish_training`` a train step or publish in flight is waited for instead (the
-        rest is cancelled first), and a step that finishes is published (the core's
-        ``publish_due``), so that it is recorded like any other step (the observer sees
-        its ``Publish``) and the trainer's state is the core's count of trained and
-        published steps, as a checkpoint taken next needs."""
-        trainer_work = (TrainStep, Publish)
+        ``finish_training`` a train step, publish or checkpoint in flight is waited for
+        instead (the rest is cancelled first), and what the core's ``settle`` asks for
+        runs: a step that finishes is published, so that it is recorded like any other
+        step (the observer sees its ``Publish``), then (``save_every``) the trainer's
+        version is checkpointed, so that the run resumes from there."""
+        trainer_work = (TrainStep, Publish, Checkpoint)
         if finish_training:
             self._cancel(keep=trainer_work)
             while True:
-                publish = self.core.publish_due()
-                if publish is not None:
-                    self.cluster.submit(publish)
-                    self.observer.submitted(publish, self.cluster.now())
+                for action in self.core.settle():
+                    self.cluster.submit(action)
+                    self.observer.submitted(action, self.cluster.now())
                 if not any(isinstance(a, trainer_work) for a in self.core.in_flight()):
                     break
                 self._deliver(self.cluster.next_event())

@@ -42,12 +42,17 @@ class StalenessControl:
     raises ``AssertionError`` on such an internal error rather than record it).
     """
 
-    def __init__(self, max_staleness: int, global_batch_size: int, total_steps: int) -> None:
+    def __init__(self, max_staleness: int, global_batch_size: int, total_steps: int,
+                 start_version: int = 0) -> None:
+        """``start_version``: a resumed run's first step; the ``start_version x B`` prompts
+        the steps before it consumed count as admitted and consumed, so admission reads the
+        same numbers as in a run that was never stopped (its queued and running work is
+        regenerated, so nothing is outstanding at the start)."""
         self.max_staleness = max_staleness
         self.global_batch_size = global_batch_size
         self.total_steps = total_steps
-        self.admitted = 0
-        self.consumed = 0
+        self.admitted = start_version * global_batch_size
+        self.consumed = start_version * global_batch_size
         self._outstanding: Counter[int] = Counter()
 
     # ------------------------------------------------------------------ admission
@@ -132,7 +137,7 @@ class WindowGap:
 
 def first_window_gap(sizes: Sequence[int], global_batch_size: int, max_staleness: int,
                      capacity_prompts: int, total_steps: int,
-                     refresh_interval: int = 1) -> Optional[WindowGap]:
+                     refresh_interval: int = 1, start_version: int = 0) -> Optional[WindowGap]:
     """Exact liveness test of an in-order plan (sizes in prompts, dispatch order).
 
     While the trainer waits at step ``s`` (versions ``0..s`` published, ``s * B`` consumed)
@@ -141,11 +146,14 @@ def first_window_gap(sizes: Sequence[int], global_batch_size: int, max_staleness
     ``limit_s = min((eta + r_s + 1) * B, s * B + capacity_prompts)`` prompts and no further;
     the step needs ``(s + 1) * B``. Returns the first step for which no prefix sum lies in
     ``[(s + 1) * B, limit_s]``, or None when every step up to ``total_steps`` can fill.
+    A plan resumed at ``start_version`` (``v``) starts with ``v * B`` prompts consumed, its
+    steps run from ``v``, and its actors hold ``v``, so ``r_s = max(v, s - s % refresh_interval)``.
     """
     b = global_batch_size
-    j, prefix = 0, 0  # prefix = sizes[0] + ... + sizes[j - 1]
-    for s in range(total_steps):
-        limit = min((max_staleness + s - s % refresh_interval + 1) * b, s * b + capacity_prompts)
+    j, prefix = 0, start_version * b  # prefix = v * B + sizes[0] + ... + sizes[j - 1]
+    for s in range(start_version, total_steps):
+        refresh = max(start_version, s - s % refresh_interval)
+        limit = min((max_staleness + refresh + 1) * b, s * b + capacity_prompts)
         while j < len(sizes) and prefix + sizes[j] <= limit:
             prefix += sizes[j]
             j += 1
