@@ -220,17 +220,17 @@ def test_faults_and_failures_survive_a_resume(tmp_path):
     segment adds its own to the saved ones instead of starting from zero."""
     from types import SimpleNamespace
 
-    from mindspeed_rl_asp.runtime.checkpoint import Checkpointer
+    from mindspeed_rl_asp.control.core import Checkpoint
+    from mindspeed_rl_asp.runtime.checkpoint import CheckpointWriter
 
     died = {"t": 1.0, "actor": 0, "kind": "died"}
     prior = ControlState(4, ["a"], [("mb0", ["a", "b"])], epochs=1, total_steps=8, generation_failures=1,
                          faults=[died])
     segment = SimpleNamespace(failures=2, faults=[{"t": 0.5, "actor": 1, "kind": "load_failed"}])
-    core = SimpleNamespace(trainer_version=2, consumed_ids=lambda: ["b"],
-                           dispatcher=SimpleNamespace(minibatches=[]),
-                           snapshot=lambda: SimpleNamespace(age_histogram={}))
-    saved = Checkpointer(tmp_path, 0, 2, prior, 0.0, write_trainer_files, faults=segment).state(core, 3.0)
-    assert saved.version == 6 and saved.generation_failures == 3
+    # The core resumed at 4 and trained two more steps: it checkpoints version 6.
+    saved = CheckpointWriter(tmp_path, 2, prior, 0.0, write_trainer_files, faults=segment).state(
+        Checkpoint(6, consumed=("b",)), 3.0)
+    assert saved.version == 6 and saved.consumed == ["a", "b"] and saved.generation_failures == 3
     assert saved.faults == [died, segment.faults[0]]
     assert ControlState.from_json(saved.to_json()) == saved   # and through control.json
     older = json.loads(saved.to_json())
@@ -308,14 +308,14 @@ def test_checkpoints_carry_their_time_and_spans_their_segment(tmp_path):
     resumed segment writes says which segment (the version it started from)."""
     from types import SimpleNamespace
 
-    from mindspeed_rl_asp.runtime.checkpoint import Checkpointer
+    from mindspeed_rl_asp.control.core import Checkpoint
     from mindspeed_rl_asp.metrics.recorder import RunRecorder
+    from mindspeed_rl_asp.runtime.checkpoint import CheckpointWriter
 
-    core = SimpleNamespace(trainer_version=1, consumed_ids=lambda: ["b"], dispatcher=SimpleNamespace(minibatches=[]),
-                           snapshot=lambda: SimpleNamespace(age_histogram={}))
-    saved = Checkpointer(tmp_path, 0, 2, state(4), 10.0, write_trainer_files).state(core, 17.5)
+    saved = CheckpointWriter(tmp_path, 2, state(4), 10.0, write_trainer_files).state(
+        Checkpoint(5, consumed=("b",), ages=((0, 1),)), 17.5)
     assert saved.saved_at == 17.5 and ControlState.from_json(saved.to_json()).saved_at == 17.5
-    recorder = RunRecorder(tmp_path, 1, 1, tensorboard=False, step_offset=4)
+    recorder = RunRecorder(tmp_path, 1, 1, tensorboard=False, segment=4)
     recorder.failure(SimpleNamespace(actor=0, minibatch_id="m0"), 1.0, 2.0, "boom")
     recorder.actor_back(0, True, 3.0, 5)
     recorder.close()

@@ -32,15 +32,15 @@ from .writer import MetricsWriter
 
 class RunRecorder(Observer):
     def __init__(self, run_dir: Path, num_actors: int, gen_devices: int, on_step: Callable[[dict], None] | None = None,
-                 tensorboard: bool = True, start: float = 0.0, engine=None, step_offset: int = 0,
-                 elapsed_offset: float = 0.0):
+                 tensorboard: bool = True, start: float = 0.0, engine=None, segment: int = 0,
+                 elapsed_before: float = 0.0):
         """``engine``: the engine config (``cfg.engine``); its ``batching`` (static or
         continuous) and ``max_num_seqs`` decide ``slot_bubble`` (default: static).
-        ``step_offset`` / ``elapsed_offset``: a resumed run's steps (and versions) and
-        seconds before this segment, added to what is written (the core counts from 0).
-        Every span in ``timeline.jsonl`` carries its segment, ``info["segment"]``: the version
-        the segment started from (0: the run's first)."""
-        self.step_offset, self.elapsed_offset = step_offset, elapsed_offset
+        Steps and versions are written as the reports carry them (a resumed core starts
+        at its checkpoint's version). ``segment``: the version this run segment started
+        from (0: the run's first), in every span of ``timeline.jsonl`` (``info["segment"]``);
+        ``elapsed_before``: the seconds of the segments before, added to ``elapsed_s``."""
+        self.segment, self.elapsed_before = segment, elapsed_before
         self.run_dir = Path(run_dir)
         engine = engine if engine is not None else {}
         self.batching = str(engine.get("batching", "static") or "static")
@@ -115,7 +115,7 @@ class RunRecorder(Observer):
 
     def _write_span(self, span: Span) -> None:
         row = asdict(span)
-        row["info"]["segment"] = self.step_offset
+        row["info"]["segment"] = self.segment
         self._timeline.write(json.dumps(row) + "\n")
         self._timeline.flush()
 
@@ -126,7 +126,7 @@ class RunRecorder(Observer):
         use = slot_use(report.lengths, capacity)
         self._window_tokens += report.num_tokens
         self._add(Span(f"gen-{report.actor}", "generate", report.start, report.end, report.minibatch_id,
-                       {"version": report.version + self.step_offset, "prompts": prompts, "tokens": report.num_tokens,
+                       {"version": report.version, "prompts": prompts, "tokens": report.num_tokens,
                         "max_length": max(report.lengths, default=0), "rows": len(report.lengths),
                         "capacity": capacity, "steps": use.steps, "tail_steps": use.tail_steps}))
 
@@ -141,7 +141,7 @@ class RunRecorder(Observer):
             if getattr(report, key, None):
                 meta[key] = getattr(report, key)
         self._add(Span(f"gen-{report.actor}", "load_weights", report.start, report.end,
-                       f"v{report.version + self.step_offset}", meta))
+                       f"v{report.version}", meta))
 
     def failure(self, action, start: float, end: float, error: str) -> None:
         self.failures += 1
@@ -149,9 +149,7 @@ class RunRecorder(Observer):
                        {"error": _first_line(error)}))
 
     def fault(self, t: float, actor: int, kind: str, minibatch: str | None = None, **detail) -> None:
-        """One fault for summary.json (versions as the run counts them, offset on resume)."""
-        if "version" in detail:
-            detail["version"] += self.step_offset
+        """One fault for summary.json."""
         if kind == "died":
             self._died_at[actor] = t
             self._load_failed.discard(actor)
@@ -171,7 +169,7 @@ class RunRecorder(Observer):
 
     def load_failure(self, action, start: float, end: float, error: str) -> None:
         self.load_failures += 1
-        self._add(Span(f"gen-{action.actor}", "load_failed", start, end, f"v{action.version + self.step_offset}",
+        self._add(Span(f"gen-{action.actor}", "load_failed", start, end, f"v{action.version}",
                        {"error": _first_line(error)}))
 
     def queue_sample(self, snap, t: float) -> None:
@@ -184,7 +182,7 @@ class RunRecorder(Observer):
     def stepped(self, report, publish_start: float, publish_end: float, snap) -> dict:
         """Close the window of training step ``report.step`` and write its metrics."""
         now = publish_end
-        step, version = report.step + self.step_offset, report.version + self.step_offset
+        step, version = report.step, report.version
         self._add(Span("train", "train", report.start, report.end, f"step {step}"))
         self._add(Span("train", "publish", publish_start, publish_end, f"v{version}"))
         window = [s for s in self.spans if s.end > self.window_start]
@@ -193,7 +191,7 @@ class RunRecorder(Observer):
         loads = self._window_refresh_s
         queued = [r["queued"] for r in self._queue_rows]
         metrics = {
-            "elapsed_s": now - self.start + self.elapsed_offset,
+            "elapsed_s": now - self.start + self.elapsed_before,
             "iteration_time_s": elapsed,
             "train_time_s": report.end - report.start,
             "publish_time_s": publish_end - publish_start,

@@ -30,8 +30,11 @@ holds across the resume without carrying versions over. The resumed run dispatch
 saved dispatch list minus the prompts already trained, in the same order: within every
 epoch each prompt is trained exactly once (``remaining_minibatches``).
 
-Versions continue: the resumed core counts from 0 again and the shell adds the saved
-version (``ResumePoint.version``) wherever a version or a step is written down.
+Versions continue: the resumed core starts at the saved version
+(``ControlConfig.start_version`` = ``ResumePoint.version``), so every version and step the
+run writes down is its own. When to checkpoint is the core's rule (``Checkpoint`` actions:
+every ``save_every`` versions, and at an interrupt); :class:`CheckpointWriter` only writes
+what the action carries, merged with what the earlier segments saved.
 """
 from __future__ import annotations
 
@@ -44,8 +47,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..config.validate import ConfigError
-from ..control.core import Publish
-from ..control.loop import Done, Observer
+from ..control.core import Checkpoint
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -272,50 +274,42 @@ def write_checkpoint(run_dir: Path, state: ControlState, write_trainer: Callable
     return commit_checkpoint(partial, state.version, keep)
 
 
-class Checkpointer(Observer):
-    """The loop's observer that checkpoints every ``every`` versions (0: only when
-    :meth:`save` is called). ``prior``: the control state the run segment started from
-    (zero, or the resumed checkpoint's); ``start``: the segment's start on the cluster
-    clock; ``write_trainer(dir)``: the trainer ranks write their part into ``dir``."""
+class CheckpointWriter:
+    """Writes the checkpoints the core asks for (``Checkpoint`` actions; the shell calls
+    :meth:`write`). ``prior``: the control state the run segment started from (zero, or
+    the resumed checkpoint's), merged into every state written; ``start``: the segment's
+    start on the cluster clock; ``write_trainer(dir)``: the trainer ranks write their
+    part into ``dir``."""
 
-    def __init__(self, run_dir: Path, every: int, keep: int, prior: ControlState, start: float,
+    def __init__(self, run_dir: Path, keep: int, prior: ControlState, start: float,
                  write_trainer: Callable[[Path], None], faults=None) -> None:
         """``faults``: what counts this segment's faults (the run recorder: ``failures``,
         ``faults``), carried into the control state so that they survive a resume."""
-        self.run_dir, self.every, self.keep = Path(run_dir), every, keep
+        self.run_dir, self.keep = Path(run_dir), keep
         self.prior, self.start, self.write_trainer = prior, start, write_trainer
         self.faults = faults
         self.last_path: Optional[Path] = None
-        self.last_version = prior.version if prior.version else None
         self.attempts = 0
 
-    def observed(self, event, core, t: float) -> None:
-        if self.every and isinstance(event, Done) and isinstance(event.action, Publish):
-            if (event.action.version + self.prior.version) % self.every == 0:
-                self.save(core, t)
-
-    def state(self, core, t: float) -> ControlState:
-        """The control state now: the trainer's version and what the core has trained."""
+    def state(self, action: Checkpoint, t: float) -> ControlState:
+        """The control state of ``action`` (the core's, at its version), after the prior's."""
         prior = self.prior
         return ControlState(
-            version=core.trainer_version + prior.version, consumed=prior.consumed + core.consumed_ids(),
-            minibatches=[(mb.minibatch_id, list(mb.prompt_ids)) for mb in core.dispatcher.minibatches],
+            version=action.version, consumed=prior.consumed + list(action.consumed),
+            minibatches=[(mb_id, list(ids)) for mb_id, ids in action.minibatches],
             epochs=prior.epochs, total_steps=prior.total_steps,
-            age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
+            age_histogram=merge_histograms(prior.age_histogram, dict(action.ages)),
             wall_time_s=prior.wall_time_s + (t - self.start),
             generation_failures=prior.generation_failures + (self.faults.failures if self.faults else 0),
             faults=list(prior.faults) + (list(self.faults.faults) if self.faults else []), saved_at=t)
 
-    def save(self, core, t: float) -> Optional[Path]:
-        """Checkpoint the current version (once per version); returns its directory."""
-        state = self.state(core, t)
-        if state.version == self.last_version:
-            return self.last_path
+    def write(self, action: Checkpoint, t: float) -> Path:
+        """Write the checkpoint of ``action`` at cluster time ``t``; returns its directory.
+        What it cost (the loop waits for the write) goes to ``checkpoints.jsonl``."""
+        state = self.state(action, t)
         self.attempts += 1
         began = time.time()
         self.last_path = write_checkpoint(self.run_dir, state, self.write_trainer, self.keep, self.attempts)
-        self.last_version = state.version
-        # What each save cost the loop (it waits for the write): checkpoints.jsonl.
         size = sum(f.stat().st_size for f in self.last_path.rglob("*") if f.is_file())
         with open(self.run_dir / "checkpoints.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps({"version": state.version, "seconds": time.time() - began, "bytes": size,
@@ -410,7 +404,7 @@ def set_aside_spans_after(run_dir: Path, saved_at: float) -> int:
     return len(moved)
 
 
-__all__ = ["ControlState", "ResumePoint", "Checkpointer", "remaining_minibatches", "merge_histograms", "checkpoint_name",
+__all__ = ["ControlState", "ResumePoint", "CheckpointWriter", "remaining_minibatches", "merge_histograms", "checkpoint_name",
            "rng_states", "set_rng_states", "checkpoints_dir", "missing_parts", "latest_checkpoint", "damage",
            "write_manifest", "intact_checkpoints",
            "sweep_partials", "commit_checkpoint", "write_checkpoint", "find_resume_point", "check_steps_left",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 from typing import Callable
@@ -155,10 +156,11 @@ def begin_resumed_segment(cfg, run_dir: Path, resume) -> None:
     (run_dir / f"config.resume-{resume.version:06d}.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
 
-def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -> tuple[list, list]:
+def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task,
+                 start_version: int = 0) -> tuple[list, list]:
     """The generation actors and the trainer rank actors in their placement-group slots,
-    starting from ``weights_path`` (a resumed run: its checkpoint's policy); the trainer's
-    KL reference is ``model_path``, the run's starting checkpoint."""
+    starting from ``weights_path`` (a resumed run: its checkpoint's policy, version
+    ``start_version``); the trainer's KL reference is ``model_path``, the run's starting checkpoint."""
     from ..config.engine import engine_settings
     from .generation_unit import GenerationWorker, generation_scoring, restart_options
     from .training_unit import TrainingWorker
@@ -176,7 +178,7 @@ def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task) -
     generators = [
         gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
                         **restart_options(cfg.fault.actor_restarts)).remote(
-            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt, scoring)
+            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt, scoring, start_version)
         for slot in placement.generators
     ]
     # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
@@ -256,7 +258,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     from ..schedule.epoch_report import make_epoch_observer
     from ..schedule.planning import refit_of_run
     from .transport import make_transport
-    from .checkpoint import Checkpointer, merge_histograms
+    from .checkpoint import CheckpointWriter, merge_histograms
     from .interrupts import interrupt_signals
     from ..control.loop import Fanout, Loop
 
@@ -271,13 +273,12 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     resume, prior, minibatches = start_segment(cfg, run_dir, prompts, resume_point)
     phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
     epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
-    offset = prior.version
     if resume is not None:
         check_prompts_known(minibatches, tokens, resume)
     prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
     own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
     placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
-    core = make_control_core(cfg, minibatches, len(placement.generators), total_steps=cfg.steps - offset,
+    core = make_control_core(cfg, minibatches, len(placement.generators), start_version=prior.version,
                              taken=prior.consumed, replan=refit_of_run(cfg, prompts, run_dir, prior.consumed))
 
     from ray.util.placement_group import placement_group, remove_placement_group
@@ -291,20 +292,20 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         begin_resumed_segment(cfg, run_dir, resume)
     started_ray = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
     phase("Ray cluster up")
-    resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": offset}
+    resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": resume.version}
     task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
                     "correctness_reward": task.rewards.correctness.name,
                     "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
 
     def summary_of_segment(**more) -> dict:
         """What every summary says (done, failed or interrupted), plus ``more``."""
-        return {"steps": core.trainer_version + offset, "epochs": epochs,
+        return {"steps": core.trainer_version, "epochs": epochs,
                 "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
                 "faults": list(prior.faults) + (recorder.faults if recorder is not None else []),
                 "resumed_from": resumed_from, "task": task_summary, **more}
 
     with interrupt_signals() as interrupts:
-        recorder = pg = loop = checkpointer = None
+        recorder = pg = loop = writer = None
         try:
             multi_node = launched_by_asp_launch()
             if multi_node:   # bundle k on the machine started as layout node k
@@ -315,13 +316,13 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             pg = placement_group(list(placement.bundles), strategy="PACK")
             ray.get(pg.ready())
             phase(f"placement ready: {len(placement.bundles)} node bundle(s)")
-            generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task)
+            generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task, prior.version)
             trainer = trainers[0]
             ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
             phase(f"models loaded: {len(generators)} generation actor(s), {len(trainers)} trainer rank(s)")
             connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
             if resume is not None:
-                ray.get([t.load_checkpoint.remote(str(resume.path)) for t in trainers])
+                ray.get([t.load_checkpoint.remote(str(resume.path), resume.version) for t in trainers])
             transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
                                        local=not multi_node)
             if fail_actor_once is not None:
@@ -333,19 +334,21 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             if fail_transfer_once is not None:
                 ray.get(trainer.inject_transfer_failure.remote(fail_transfer_once))
 
-            # A resumed segment samples afresh (its versions restart at 0 inside the core).
-            seed = cfg.seed if offset == 0 else zlib.crc32(f"{cfg.seed}/resume/{offset}".encode())
-            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport, waiting=interrupts.waiting)
-            start = cluster.now()
+            # A resumed segment samples afresh: the steps after its checkpoint, trained again,
+            # do not repeat the dead segment's samples.
+            seed = cfg.seed if not prior.version else zlib.crc32(f"{cfg.seed}/resume/{prior.version}".encode())
+            start = time.time()   # RayCluster's clock (the wall clock), read before it is built
             recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
                                    if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
-                                   engine=cfg.engine, step_offset=offset, elapsed_offset=prior.wall_time_s)
-            checkpointer = Checkpointer(run_dir, cfg.save_every, cfg.keep_checkpoints, prior, start,
-                                        lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
-                                        faults=recorder)
+                                   engine=cfg.engine, segment=prior.version, elapsed_before=prior.wall_time_s)
+            writer = CheckpointWriter(run_dir, cfg.keep_checkpoints, prior, start,
+                                      lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
+                                      faults=recorder)
+            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport, waiting=interrupts.waiting,
+                                 start_version=prior.version, checkpoint=writer.write)
             # Per-epoch rank quality and bubbles; the re-plans the core made (scheduler.refit).
             replanner = make_epoch_observer(cfg, prompts, run_dir, start=start)
-            loop = Loop(core, cluster, Fanout(recorder, replanner, checkpointer, RejectedPayloads(cluster),
+            loop = Loop(core, cluster, Fanout(recorder, replanner, RejectedPayloads(cluster),
                                               FirstGeneration(phase)))
             with interrupts.held():   # a first signal lands only where the loop waits (runtime/interrupts.py)
                 while loop.advance():
@@ -357,7 +360,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 wall_time_s=wall_time, at_finish=outcome.summary(),
                 policy_age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
                 generation_failures=prior.generation_failures + recorder.failures,
-                checkpoint=checkpointer.last_path and str(checkpointer.last_path),
+                checkpoint=writer.last_path and str(writer.last_path),
                 unused_prompts={"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
                                 "running": len(finish.running), "rejected": len(finish.rejected)},
                 dynamic_sampling=dynamic_sampling_summary(core.snapshot(), cfg.algo.filter_groups))
@@ -365,9 +368,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             if cfg.eval.save_final_policy or cfg.eval.num_prompts:
                 ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
         except KeyboardInterrupt:   # Ctrl-C or SIGTERM (runtime/interrupts.py)
-            settled = settle_interrupt(loop, checkpointer, core, cluster if loop is not None else None,
-                                       cfg.save_every, interrupts)
-            latest = last_checkpoint(checkpointer, resume)
+            settled = settle_interrupt(loop, interrupts)
+            latest = last_checkpoint(writer, resume)
             summary = summary_of_segment(
                 interrupted=True, signal=interrupts.received[0] if interrupts.received else "SIGINT",
                 stage="training" if loop is not None else "starting actors", checkpoint=latest and str(latest),
@@ -377,7 +379,7 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             return summary
         except Exception as error:   # the run cannot go on: summary.json says why, then one line for the user
             error = os_error_of(error)
-            latest = last_checkpoint(checkpointer, resume)
+            latest = last_checkpoint(writer, resume)
             write_failed_summary(run_dir, summary_of_segment(
                 **failure_fields(error), checkpoint=latest and str(latest),
                 resume_command=f"asp-train resume={run_dir}" if latest else None))
@@ -412,27 +414,26 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     return summary
 
 
-def settle_interrupt(loop, checkpointer, core, cluster, save_every: int, interrupts) -> bool:
+def settle_interrupt(loop, interrupts) -> bool:
     """After the first signal: stop generating, let a step in training finish and be
-    published (recorded like any other), then checkpoint (with ``save_every``). Returns
-    False when a second signal cut that short: the run stops at once, the last checkpoint stays."""
+    published (recorded like any other), then checkpoint (with ``save_every``: the core's
+    ``settle`` asks for it). Returns False when a second signal cut that short: the run
+    stops at once, the last checkpoint stays."""
     if loop is None or loop.outcome is not None:
         return not interrupts.repeated
     try:
         loop.interrupt(finish_training=True)
-        if save_every:
-            checkpointer.save(core, cluster.now())
     except KeyboardInterrupt:
         return False
     return True
 
 
-def last_checkpoint(checkpointer, resume):
+def last_checkpoint(writer, resume):
     """The checkpoint a resume would start from, without reading it again: the one this
     segment wrote last, else the one it resumed from (verified then); None for a new run
     that wrote none."""
-    if checkpointer is not None and checkpointer.last_path is not None:
-        return checkpointer.last_path
+    if writer is not None and writer.last_path is not None:
+        return writer.last_path
     return resume.path if resume is not None else None
 
 

@@ -21,8 +21,8 @@ which the control core's reject rule reads. Without it the trainer scores, as be
 
 Faults (``fault.actor_restarts``, docs/architecture.md "Faults"): Ray restarts an actor
 whose process died up to that many times (:func:`restart_options`); the restarted
-process runs ``__init__`` again, so it holds the starting checkpoint (version 0) until
-the Control Unit refreshes it. The shell asks ``weight_version`` to learn it is back.
+process runs ``__init__`` again, so it holds the starting checkpoint (``start_version``:
+0, or a resumed run's checkpoint) until the Control Unit refreshes it. The shell asks ``weight_version`` to learn it is back.
 """
 from __future__ import annotations
 
@@ -121,8 +121,10 @@ class GenerationWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
     def __init__(self, actor_index: int, engine_cfg: dict, model_path: str, sampling: dict, n_samples: int,
-                 scoring: dict | None = None):
-        """``scoring`` (:func:`generation_scoring`): score samples here, for dynamic sampling."""
+                 scoring: dict | None = None, start_version: int = 0):
+        """``scoring`` (:func:`generation_scoring`): score samples here, for dynamic sampling.
+        ``start_version``: the run's version of the weights at ``model_path`` (a resumed
+        run's checkpoint), which its samples carry until the first load."""
         from types import SimpleNamespace
 
         from ..engines.base import SamplingParams
@@ -130,6 +132,7 @@ class GenerationWorker:
 
         self.actor_index = actor_index
         self.engine = make_generation_engine(SimpleNamespace(**engine_cfg), model_path)
+        self.engine.weight_version = start_version
         self.sampling = SamplingParams.from_config(sampling)
         self.n_samples = n_samples
         self._fail_next = False

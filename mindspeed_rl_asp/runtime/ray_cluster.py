@@ -27,6 +27,13 @@ loop and the core have them all):
   sealed in the store, a directory renamed into place, a version packed for sending), the
   store maps the version to it (atomic publish: a complete, immutable version or
   nothing) and the event says so.
+* ``Checkpoint`` -> the checkpoint writer (``runtime/checkpoint.CheckpointWriter``):
+  every trainer rank saves its part, then the control state the action carries is
+  written and the directory committed. The write runs inside ``submit`` (the loop waits
+  for it, as it always has; an asynchronous write is a later change), and its event is
+  the next one ``next_event`` returns: ``Done`` with the directory, or ``Failed`` with
+  the error (an ``OSError`` unwrapped from Ray's task error: a full disk), which ends
+  the run (``CheckpointFailed``) with the previous checkpoint intact.
 * A task that raises, or whose actor died, ends as a ``Failed`` event: the core
   re-dispatches a failed minibatch (its partial output is never seen) and retries a
   failed load; a failed step or publish ends the run (``TrainerFailed``, from the loop).
@@ -47,7 +54,7 @@ import time
 import zlib
 from typing import Sequence
 
-from ..control.core import Action, AwaitActor, Generate, LoadWeights, Prefetch, Publish, TrainStep
+from ..control.core import Action, AwaitActor, Checkpoint, Generate, LoadWeights, Prefetch, Publish, TrainStep
 from ..control.loop import Done, Event, Failed, Observer, TrainerFailed
 from ..weights.store import VersionedStore
 
@@ -91,10 +98,12 @@ class RayCluster:
     ``transport``: how versions travel (``runtime/transport.py``; default: object store)."""
 
     def __init__(self, generators: list, trainer, prompt_tokens: dict[str, list[int]], seed: int = 0,
-                 transport=None, waiting=None):
+                 transport=None, waiting=None, start_version: int = 0, checkpoint=None):
         """``waiting()``: a context around the blocking wait for the next completion, the one
         place where nothing is half done (``runtime/interrupts.Interrupts.waiting`` lets a
-        signal land there)."""
+        signal land there). ``start_version``: the version every actor starts with (the
+        core's, a resumed run's checkpoint). ``checkpoint(action, t)``: writes a
+        ``Checkpoint`` (``CheckpointWriter.write``); None: a core with ``save_every`` fails."""
         from contextlib import nullcontext
 
         from .transport import ObjectStoreTransport
@@ -111,7 +120,9 @@ class RayCluster:
         self.prompt_tokens = {base_prompt_id(pid): tokens for pid, tokens in prompt_tokens.items()}
         self.seed = seed
         self.store: VersionedStore = VersionedStore()
-        self.store.publish(0, None)   # version 0: the checkpoint every actor starts from
+        self.store.publish(start_version, None)   # the checkpoint every actor starts from
+        self.write_checkpoint = checkpoint
+        self._ready: list[Event] = []   # events of work done inside submit (checkpoints)
         self.queue_refs: dict[str, object] = {}  # Training Queue payloads: prompt id -> ref
         self.inflight: dict[object, tuple[Action, object]] = {}  # result ref -> (action, payload ref)
         # The other trainer ranks' refs of a TrainStep / Publish, by rank 0's ref: the action
@@ -152,9 +163,23 @@ class RayCluster:
             ref = self.transport.prefetch(action.actor, action.version, handle)
         elif isinstance(action, AwaitActor):
             ref = self._probe(action.actor)
+        elif isinstance(action, Checkpoint):
+            self._ready.append(self._checkpoint(action))
+            return
         else:
             raise TypeError(f"RayCluster cannot run {action!r}")
         self.inflight[ref] = (action, payload)
+
+    def _checkpoint(self, action: Checkpoint) -> Event:
+        """Write the checkpoint now; its event (``info``: the directory, or for a failure
+        the error, an actor's ``OSError`` unwrapped from Ray's task error)."""
+        if self.write_checkpoint is None:
+            return Failed(action, "this cluster was given no checkpoint writer")
+        try:
+            return Done(action, self.write_checkpoint(action, self.now()))
+        except Exception as error:  # noqa: BLE001 - any failure to write ends the run with its cause
+            cause = getattr(error, "cause", None)
+            return Failed(action, _describe(error), info=cause if isinstance(cause, OSError) else error)
 
     def _probe(self, actor: int):
         """A call Ray runs once ``actor`` is alive again (or fails once it never will)."""
@@ -170,6 +195,8 @@ class RayCluster:
     def next_event(self) -> Event:
         import ray
 
+        if self._ready:
+            return self._ready.pop(0)
         while True:
             pending = [r for r in self.inflight if r not in self._waiting] + list(self._companion_of)
             with self.waiting():
@@ -279,6 +306,7 @@ class RayCluster:
         import ray
 
         doomed = set(actions)
+        self._ready = [e for e in self._ready if e.action not in doomed]
         for ref, (action, _) in list(self.inflight.items()):
             if action in doomed:
                 del self.inflight[ref]

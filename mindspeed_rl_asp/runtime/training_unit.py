@@ -375,9 +375,11 @@ class TrainingWorker:
             torch.save({"optimizer": optimizer, "rng": rngs}, target + ".tmp")
             os.replace(target + ".tmp", target)
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str, version: int) -> None:
         """Restore :meth:`save_checkpoint`'s optimizer and RNG states (the weights came with
-        ``model_path``). Every rank calls it, after the ranks joined their world."""
+        ``model_path``); the trainer is at ``version`` (the checkpoint's: its next step is
+        ``version``, its next export ``version + 1``). Every rank calls it, after the ranks
+        joined their world."""
         import os
 
         import torch
@@ -389,6 +391,7 @@ class TrainingWorker:
         self.engine.load_optimizer_state(state["optimizer"] if self.rank == 0 else None)
         rngs = state["rng"]
         set_rng_states(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
+        self.version = version
 
     def _gather_objects(self, value) -> list:
         """``value`` of every rank, in rank order (one rank: ``[value]``)."""

@@ -65,9 +65,10 @@ def plan_run(cfg, prompts, run_dir=None, log=None):
     return plan, epochs, minibatches
 
 
-def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None = None, taken=(), replan=None):
-    """The pure control core for this plan (``total_steps``: default ``cfg.steps``; a
-    resumed run: the steps left; with ``algo.filter_groups`` the core refills from
+def make_control_core(cfg, minibatches, num_actors: int, start_version: int = 0, taken=(), replan=None):
+    """The pure control core for this plan, for ``cfg.steps`` steps (``start_version``: a
+    resumed run's checkpoint version, where its core starts; with ``save_every`` the core
+    issues the checkpoints; with ``algo.filter_groups`` the core refills from
     :func:`refill_passes`, past the epochs of ``taken``: a resumed run's prompt ids already
     trained; ``replan``: the re-plan rule of ``scheduler.refit``, ``control.replan.EpochReplan``,
     from :func:`refit_of_run` or ``schedule/refit.epoch_replan``); a plan the
@@ -77,7 +78,7 @@ def make_control_core(cfg, minibatches, num_actors: int, total_steps: int | None
     from ..control.core import ControlConfig, ControlCore
 
     try:   # the config's checks and the plan's, both refusals named with the mode and scheduler
-        control = ControlConfig.from_root(cfg, num_actors=num_actors, total_steps=total_steps)
+        control = ControlConfig.from_root(cfg, num_actors=num_actors, start_version=start_version)
         refill = refill_passes(minibatches, taken) if control.filter_groups != "none" else None
         return ControlCore(control, minibatches, refill=refill, replan=replan)
     except ValueError as error:

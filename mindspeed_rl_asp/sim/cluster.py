@@ -27,6 +27,11 @@ What each action costs (docs/simulator.md, "Cost of each action"):
   end moves the others' ends. A ``LoadWeights`` after a finished prefetch costs only the
   local swap (the bytes copied into the engine over HBM); one without moves its bytes
   through the same shared egress.
+* ``Checkpoint`` (``save_every``): ``SimSetup.checkpoint_s``, zero: no hardware profile
+  carries a disk or file-system write bandwidth with a source yet, so the write is not
+  priced. The core's rule still holds on the virtual clock (no step starts while a
+  checkpoint runs, ``Finish`` waits for the last), so asp-simulate issues the same
+  checkpoints a real run does; a measured write time set here delays the next step.
 
 **Shared host cores** (``hardware.host_cores``, a CPU machine such as ``cpu_local``,
 where the layout's logical nodes are processes on one host): a price is then the work's
@@ -51,7 +56,7 @@ import heapq
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..control.core import Action, Generate, LoadWeights, Prefetch, Publish, TrainStep
+from ..control.core import Action, Checkpoint, Generate, LoadWeights, Prefetch, Publish, TrainStep
 from ..control.loop import Done, Event
 from ..control.policy_age import age_histogram, age_metrics
 from ..control.reports import LoadReport, MinibatchReport, StepReport
@@ -83,6 +88,7 @@ class SimSetup:
     ingress_bandwidth: float = 0.0   # with prefetch: bytes/s into one instance over its own links
     trainer_egress: float = 0.0  # with prefetch: bytes/s out of the trainer's sending links (0: not limiting)
     swap_s: float = 0.0          # with prefetch: a prefetched version copied into the engine
+    checkpoint_s: float = 0.0    # one checkpoint write (save_every); 0: unpriced, see the module docstring
 
     def load_s(self) -> float:
         return weight_transfer_time(self.instance.model.weight_bytes, self.load_bandwidth, 0.0)
@@ -282,4 +288,6 @@ class SimCluster:
             return duration, StepReport(action.step, action.step + 1, start, start + duration, metrics)
         if isinstance(action, Publish):
             return s.publish_s + (s.switch_s if s.colocated else 0.0), None
+        if isinstance(action, Checkpoint):
+            return s.checkpoint_s, None
         raise TypeError(f"SimCluster cannot run {action!r}")
