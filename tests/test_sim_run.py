@@ -269,3 +269,12 @@ def test_extra_forwards_follow_what_the_trainer_runs(engine, off_policy, kl_coef
                                                                                    kl_coef=kl_coef),
                           rl=SimpleNamespace(mini_batch_size=32, global_batch_size=32))
     assert extra_forwards(cfg, mode == "hybrid") == passes
+
+
+def test_asp_simulate_honours_save_every():
+    """The core's checkpoint rule runs on the virtual clock: a checkpoint at every multiple
+    of save_every, the last version's included, and none without it."""
+    saving = simulate(load_config(["experiment=table3_qwen3_30b_a3b_asp", *SHORT, "save_every=2"]))
+    plain = simulate(load_config(["experiment=table3_qwen3_30b_a3b_asp", *SHORT]))
+    assert saving.checkpoints == [2, 4] and plain.checkpoints == []
+    assert saving.steps == plain.steps == 4

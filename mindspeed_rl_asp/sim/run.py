@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..control.core import Generate, LoadWeights, Publish, TrainStep, is_colocated, prefetches
+from ..control.core import Checkpoint, Generate, LoadWeights, Publish, TrainStep, is_colocated, prefetches
 from ..control.loop import Done, Fanout, Observer, drive
 from ..control.policy_age import age_histogram, age_metrics, merge_age_histograms
 from .batching import Instance, full_batch_token_rate, lone_sequence_time
@@ -185,6 +185,7 @@ class SimStats(Observer):
         self._queue_level = 0
         self._last_t = 0.0
         self._issued: dict = {}
+        self.checkpoints: list[int] = []   # versions checkpointed (save_every), in order
 
     def submitted(self, action, t) -> None:
         self._issued[action] = t
@@ -208,6 +209,9 @@ class SimStats(Observer):
             elif isinstance(action, Publish):
                 self.train_busy += t - start
                 self.step_end.append(t)
+            elif isinstance(action, Checkpoint):
+                self.train_busy += t - start
+                self.checkpoints.append(action.version)
         self.queue_area += self._queue_level * (t - self._last_t)
         self._last_t = t
         self._queue_level = core.snapshot().queued_samples
@@ -250,6 +254,7 @@ class SimResult:
     devices: int
     at_finish: dict = field(default_factory=dict)
     dynamic_sampling: dict = field(default_factory=dict)
+    checkpoints: list = field(default_factory=list)   # versions the core checkpointed (save_every)
     # MindSpeed-RL's own throughput (mindspeed_rl/utils/utils.compute_tps, its default
     # log_max_throughput=True): (max prompt + max response length) x samples of a step over
     # world size and the step's time, world = every device of the layout; ``_mean``: with
@@ -426,7 +431,8 @@ def _result(cfg, setup, workload, stats: SimStats, cluster: SimCluster, outcome,
         latency_bound_s=latency, bound_by="tail" if latency > bound else "throughput",
         replans=[{"epoch": r.epoch, "accepted": r.accepted, "dispatched_minibatches": r.dispatched_minibatches,
                   "minibatches": r.minibatches} for r in core.replans],
-        dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome, total))
+        dynamic_sampling=dynamic_sampling_result(cfg, core, cluster, outcome, total),
+        checkpoints=list(stats.checkpoints))
 
 
 def _weighted(timings, attr: str, weight, total_weight: float) -> float:
