@@ -80,7 +80,8 @@ class Shell(Observer):
     """The test's model of the outside world, driven through the one loop
     (``control.loop.Loop``) on an ``OrderedCluster`` whose chooser picks which pending
     action ends next. It checks every action the core issues (``check_action``) and
-    every invariant after every event (``observed``)."""
+    every invariant after every event (``observed``). A core resumed at
+    ``cfg.start_version`` (``v``) is checked the same way, its steps and versions from ``v``."""
 
     def __init__(self, cfg: ControlConfig, mbs, chooser=None) -> None:
         self.cfg = cfg
@@ -91,11 +92,12 @@ class Shell(Observer):
         self.loop = Loop(self.core, self.cluster, self)
         self.generating: dict[int, Generate] = {}
         self.loading: dict[int, int] = {}
-        self.versions = [0] * cfg.num_actors
+        self.start = cfg.start_version
+        self.versions = [self.start] * cfg.num_actors
         self.behaviour: dict[str, int] = {}
         self.training: TrainStep | None = None
         self.publishing: int | None = None
-        self.published = 0
+        self.published = self.start
         self.consumed: list[str] = []
         self.finish: Finish | None = None
         self.outcome = None
@@ -112,7 +114,8 @@ class Shell(Observer):
     def check_action(self, a) -> None:
         cfg = self.cfg
         assert self.finish is None, f"{a} after Finish"
-        target = self.published - self.published % cfg.refresh_interval
+        # Actors hold the start version until the refresh target passes it.
+        target = max(self.start, self.published - self.published % cfg.refresh_interval)
         if isinstance(a, Generate):
             assert a.actor not in self.generating and a.actor not in self.loading, a
             assert a.version == self.versions[a.actor] == target, a
@@ -131,7 +134,7 @@ class Shell(Observer):
         elif isinstance(a, TrainStep):
             assert self.training is None, a
             assert not (cfg.colocated and (self.generating or self.loading)), f"{a} overlaps generation"
-            assert a.step == len(self.steps) == self.published, a
+            assert a.step == self.start + len(self.steps) == self.published, a
             assert len(a.prompt_ids) == cfg.global_batch_size == len(set(a.prompt_ids))
             for p, v in zip(a.prompt_ids, a.versions):
                 assert self.behaviour[p] == v, (p, v)
@@ -142,7 +145,7 @@ class Shell(Observer):
             self.steps.append(a)
         elif isinstance(a, Publish):
             assert self.training is None and self.publishing is None, a
-            assert a.version == len(self.steps) == self.published + 1, a
+            assert a.version == self.start + len(self.steps) == self.published + 1, a
             self.publishing = a.version
         else:  # pragma: no cover
             raise AssertionError(a)
@@ -172,7 +175,7 @@ class Shell(Observer):
         assert outcome.finish is not None and not outcome.interrupted
         f = outcome.finish
         assert self.training is None and self.publishing is None
-        assert f.steps == len(self.steps) == self.core.total_steps == self.published
+        assert f.steps == self.start + len(self.steps) == self.core.total_steps == self.published
         self.finish, self.outcome = f, outcome
 
     # ---------------------------------------------------------------- checks
@@ -189,7 +192,7 @@ class Shell(Observer):
         assert snap.queued_samples == len(led.queued) * cfg.n_samples_per_prompt
         assert all(age <= cfg.max_staleness for age in snap.age_histogram)
         assert sum(snap.age_histogram.values()) == len(self.consumed)
-        target = core.published_version - core.published_version % cfg.refresh_interval
+        target = max(self.start, core.published_version - core.published_version % cfg.refresh_interval)
         assert snap.admitted_prompts <= (cfg.max_staleness + target + 1) * cfg.global_batch_size
         # Deadlock freedom is the loop's own check: a poll that issues nothing while
         # nothing is in flight raises ControlDeadlock, which fails the test.
@@ -220,7 +223,7 @@ class Shell(Observer):
 
     def check_finish(self) -> None:
         f, cfg = self.finish, self.cfg
-        assert len(self.consumed) == f.steps * cfg.global_batch_size
+        assert len(self.consumed) == (f.steps - self.start) * cfg.global_batch_size
         unused = set(f.not_dispatched) | set(f.queued) | set(f.running)
         assert len(unused) == len(f.not_dispatched) + len(f.queued) + len(f.running)
         assert unused | set(self.consumed) == self.all_ids and not unused & set(self.consumed)

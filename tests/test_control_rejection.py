@@ -229,8 +229,10 @@ class RejectShell(Shell):
         assert led.rejected <= set(self.rejected_seen) and arrived_flat <= led.rejected | led.pending
         assert core.snapshot().rejected_prompts == len(led.rejected)
         assert core.snapshot().extra_minibatches <= len(led.rejected)   # none without a rejection
-        # I3 with rejections: what is admitted is what runs, is queued or was trained.
-        assert core.staleness.admitted == len(led.running) + len(led.queued) + len(led.consumed)
+        # I3 with rejections: what is admitted is what runs, is queued or was trained (and,
+        # for a resumed core, the prompts of the steps before its start).
+        assert core.staleness.admitted == self.start * self.cfg.global_batch_size + len(led.running) + \
+            len(led.queued) + len(led.consumed)
 
     def event_budget(self) -> int:
         """Rejected groups are generated again: room for each prompt up to ``max_rejections`` times."""
@@ -239,7 +241,8 @@ class RejectShell(Shell):
     def check_finish(self) -> None:
         f, cfg = self.finish, self.cfg
         self.check_ids_for_finish()
-        assert len(self.consumed) == f.steps * cfg.global_batch_size == self.core.total_steps * cfg.global_batch_size
+        assert len(self.consumed) == (f.steps - self.start) * cfg.global_batch_size == \
+            (self.core.total_steps - self.start) * cfg.global_batch_size
         parts = [set(f.not_dispatched), set(f.queued), set(f.running), set(f.rejected), set(self.consumed)]
         assert sum(map(len, parts)) == len(self.all_ids) and set().union(*parts) == self.all_ids
         assert set(f.rejected) <= set(self.rejected_seen)
@@ -363,9 +366,10 @@ def test_with_filtering_every_plan_finishes(setup, seed, cap):
 def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup, seed, cap, at):
     """A checkpoint after version ``at`` is published (what runtime/checkpoint.py keeps: the
     dispatch list, refills and splits included, and the prompts trained), then a fresh core
-    over the dispatch list minus what was trained, refilled past the epochs already used
-    (schedule/planning.refill_passes), as the driver builds it. Both segments have
-    rejections at random; together they train every step, never one prompt id twice."""
+    started at version ``at`` over the dispatch list minus what was trained, refilled past
+    the epochs already used (schedule/planning.refill_passes), as the driver builds it. Both
+    segments have rejections at random; together they train every step, never one prompt
+    id twice, and the second trains steps ``at..total - 1`` by their own numbers."""
     from mindspeed_rl_asp.runtime.checkpoint import remaining_minibatches
     from mindspeed_rl_asp.schedule.planning import refill_passes
 
@@ -380,11 +384,12 @@ def test_a_run_resumed_after_rejections_trains_every_step_and_no_id_twice(setup,
     trained = first.core.consumed_ids()[:at * cfg.global_batch_size]       # steps 0..at-1
     saved = [(mb.minibatch_id, mb.prompt_ids) for mb in first.core.dispatcher.minibatches]
     rest = remaining_minibatches(saved, trained)
-    second = RejectShell(replace(cfg, total_steps=total - at), rest, chooser=random_chooser(seed + 1),
+    second = RejectShell(replace(cfg, total_steps=total, start_version=at), rest, chooser=random_chooser(seed + 1),
                          max_rejections=cap, seed=seed + 1, refill=refill_passes(rest, taken=trained))
     second.drain(seed + 1)
     both = trained + second.consumed
     assert len(both) == len(set(both)) == total * cfg.global_batch_size
+    assert second.core.trainer_version == total and second.core.consumed_ids() == second.consumed
 
 
 def test_refills_of_a_resumed_list_use_new_minibatch_ids():
