@@ -277,9 +277,9 @@ def test_checkpoint_taken_on_one_rank_resumes_on_two(ray_cluster, tmp_path):
         *ranks, weights_only = others = [actor.remote(*resumed_args) for _ in range(3)]
         ray.get([a.ready.remote() for a in others])
         connect_trainer_ranks(ranks, "cpu", local=True)
-        ray.get([r.load_checkpoint.remote(str(ckpt)) for r in ranks])
+        ray.get([r.load_checkpoint.remote(str(ckpt), 1) for r in ranks])   # the state after step 0: version 1
         ray.get(single.train_step.remote(1, ids, payload))
-        ray.get([r.train_step.remote(0, ids, payload) for r in ranks])
+        ray.get([r.train_step.remote(1, ids, payload) for r in ranks])
         ray.get(weights_only.train_step.remote(0, ids, payload))
         w1 = ray.get(single.export_weights.remote()).tensors
         w2 = ray.get([r.export_weights.remote() for r in ranks])[0].tensors
