@@ -61,6 +61,31 @@ def _check_prompts(prompts: Sequence[str]) -> list[str]:
     return prompts
 
 
+def check_settings(*, pooling, epochs, batch_size, predict_batch_size, lr, head_lr, weight_decay, warmup, clip_grad,
+                   max_prompt_tokens, num_threads, train_layers) -> None:
+    """A ValueError naming the first setting of :class:`LMLengthPredictor` out of its range."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
+    for name, value in (("epochs", epochs), ("batch_size", batch_size), ("predict_batch_size", predict_batch_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    for name, value in (("lr", lr), ("head_lr", head_lr)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name}={value!r} must be a finite number > 0")
+    if not (math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay={weight_decay!r} must be finite and >= 0")
+    if not (0 <= warmup < 1):
+        raise ValueError(f"warmup={warmup!r} must lie in [0, 1)")
+    if not (math.isfinite(clip_grad) and clip_grad > 0):
+        raise ValueError(f"clip_grad={clip_grad!r} must be finite and > 0")
+    if max_prompt_tokens is not None and (not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1):
+        raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be None or an int >= 1")
+    if not isinstance(num_threads, int) or num_threads < 0:
+        raise ValueError(f"num_threads={num_threads!r} must be an int >= 0")
+    if train_layers is not None and (not isinstance(train_layers, int) or train_layers < 1):
+        raise ValueError(f"train_layers={train_layers!r} must be None (all) or an int >= 1")
+
+
 class LMLengthPredictor:
     """Fine-tune a causal LM backbone + linear head on (prompt, length) pairs.
 
@@ -101,26 +126,9 @@ class LMLengthPredictor:
         predict_batch_size: int = 64,
         train_layers: int | None = 2,
     ):
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling={pooling!r} is not one of {', '.join(POOLINGS)}")
-        for name, value in (("epochs", epochs), ("batch_size", batch_size), ("predict_batch_size", predict_batch_size)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an int >= 1")
-        for name, value in (("lr", lr), ("head_lr", head_lr)):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}={value!r} must be a finite number > 0")
-        if not (math.isfinite(weight_decay) and weight_decay >= 0):
-            raise ValueError(f"weight_decay={weight_decay!r} must be finite and >= 0")
-        if not (0 <= warmup < 1):
-            raise ValueError(f"warmup={warmup!r} must lie in [0, 1)")
-        if not (math.isfinite(clip_grad) and clip_grad > 0):
-            raise ValueError(f"clip_grad={clip_grad!r} must be finite and > 0")
-        if max_prompt_tokens is not None and (not isinstance(max_prompt_tokens, int) or max_prompt_tokens < 1):
-            raise ValueError(f"max_prompt_tokens={max_prompt_tokens!r} must be None or an int >= 1")
-        if not isinstance(num_threads, int) or num_threads < 0:
-            raise ValueError(f"num_threads={num_threads!r} must be an int >= 0")
-        if train_layers is not None and (not isinstance(train_layers, int) or train_layers < 1):
-            raise ValueError(f"train_layers={train_layers!r} must be None (all) or an int >= 1")
+        check_settings(pooling=pooling, epochs=epochs, batch_size=batch_size, predict_batch_size=predict_batch_size,
+                       lr=lr, head_lr=head_lr, weight_decay=weight_decay, warmup=warmup, clip_grad=clip_grad,
+                       max_prompt_tokens=max_prompt_tokens, num_threads=num_threads, train_layers=train_layers)
         self.train_layers = train_layers
         self.model_path = Path(model_path) if model_path is not None else DEFAULT_MODEL_PATH
         self.pooling = pooling
@@ -230,7 +238,21 @@ class LMLengthPredictor:
         prompts = _check_prompts(prompts)
         y = observed_lengths(prompts, lengths)
         started = time.perf_counter()
-        # One weighted example per distinct prompt: same gradient as one per observation.
+        unique, weight, z = self._targets(prompts, y)
+        with self._threads():
+            torch.manual_seed(self.seed)
+            trainable = self._fresh_model()
+            rows = self._encode(unique)
+            self._train(rows, z, weight, trainable)
+            self._backbone.eval()
+            self._head.eval()
+        self.fit_seconds_ = time.perf_counter() - started
+        return self
+
+    def _targets(self, prompts: list[str], y: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(distinct prompts, observations of each, their standardised mean log-length);
+        sets the scaling ``_mu`` / ``_sd``. One weighted example per distinct prompt has the
+        same gradient as one per observation (module docstring)."""
         index: dict[str, int] = {}
         for p in prompts:
             index.setdefault(p, len(index))
@@ -242,59 +264,60 @@ class LMLengthPredictor:
         self._mu = float(log_len.mean())
         sd = float(log_len.std())
         self._sd = sd if sd > 1e-8 else 1.0
-        z = (target - self._mu) / self._sd
+        return unique, weight, (target - self._mu) / self._sd
 
-        with self._threads():
-            torch.manual_seed(self.seed)
-            self._backbone, self._tokenizer = self._load()
-            hidden = int(self._backbone.config.hidden_size)
-            device = next(self._backbone.parameters()).device
-            self._head = torch.nn.Linear(hidden, 1).to(device)
-            torch.nn.init.zeros_(self._head.weight)  # start at the mean length; no noise at init
-            torch.nn.init.zeros_(self._head.bias)
-            self._trained = trained_names(self._backbone, self.train_layers)
-            for name, param in self._backbone.named_parameters():
-                param.requires_grad_(name in self._trained)
-            trainable = [p for n, p in self._backbone.named_parameters() if n in self._trained]
-            self.num_parameters_ = sum(p.numel() for p in trainable) + hidden + 1
+    def _fresh_model(self) -> list:
+        """Load the pretrained backbone, put a zero head on it (it starts at the mean length,
+        no noise at init), freeze all but the trained parameters; returns those."""
+        import torch
 
-            rows = self._encode(unique)
-            sizes = np.array([len(r) for r in rows])
-            z_t = torch.tensor(z, dtype=torch.float32, device=device)
-            w_t = torch.tensor(weight, dtype=torch.float32, device=device)
-            optimizer = torch.optim.AdamW(
-                [{"params": trainable, "lr": self.lr},
-                 {"params": list(self._head.parameters()), "lr": self.head_lr, "weight_decay": 0.0}],
-                weight_decay=self.weight_decay,
-            )
-            steps_per_epoch = math.ceil(len(unique) / self.batch_size)
-            total = self.epochs * steps_per_epoch
-            warm = max(1, int(self.warmup * total))
-            schedule = torch.optim.lr_scheduler.LambdaLR(
-                optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
-            rng = np.random.default_rng(self.seed)
-            self._backbone.train()
-            self.loss_history_ = []
-            for _ in range(self.epochs):
-                seen, running = 0.0, 0.0
-                for batch in self._batches(rng.permutation(len(unique)), sizes, self.batch_size, rng):
-                    bt = torch.as_tensor(batch, device=device)
-                    pred = self._forward([rows[k] for k in batch])
-                    w = w_t[bt]
-                    loss = (w * (pred - z_t[bt]) ** 2).sum() / w.sum()
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(
-                        trainable + list(self._head.parameters()), self.clip_grad)
-                    optimizer.step()
-                    schedule.step()
-                    running += float(loss.detach()) * float(w.sum())
-                    seen += float(w.sum())
-                self.loss_history_.append(running / seen)
-            self._backbone.eval()
-            self._head.eval()
-        self.fit_seconds_ = time.perf_counter() - started
-        return self
+        self._backbone, self._tokenizer = self._load()
+        hidden = int(self._backbone.config.hidden_size)
+        device = next(self._backbone.parameters()).device
+        self._head = torch.nn.Linear(hidden, 1).to(device)
+        torch.nn.init.zeros_(self._head.weight)
+        torch.nn.init.zeros_(self._head.bias)
+        self._trained = trained_names(self._backbone, self.train_layers)
+        for name, param in self._backbone.named_parameters():
+            param.requires_grad_(name in self._trained)
+        trainable = [p for n, p in self._backbone.named_parameters() if n in self._trained]
+        self.num_parameters_ = sum(p.numel() for p in trainable) + hidden + 1
+        return trainable
+
+    def _train(self, rows: list[list[int]], z: np.ndarray, weight: np.ndarray, trainable: list) -> None:
+        """``epochs`` passes of AdamW (linear warm-up, then linear decay to 0) on the weighted
+        MSE; ``loss_history_`` gets each epoch's mean loss."""
+        import torch
+
+        device = next(self._backbone.parameters()).device
+        sizes = np.array([len(r) for r in rows])
+        z_t = torch.tensor(z, dtype=torch.float32, device=device)
+        w_t = torch.tensor(weight, dtype=torch.float32, device=device)
+        head = list(self._head.parameters())
+        optimizer = torch.optim.AdamW([{"params": trainable, "lr": self.lr},
+                                       {"params": head, "lr": self.head_lr, "weight_decay": 0.0}],
+                                      weight_decay=self.weight_decay)
+        total = self.epochs * math.ceil(len(rows) / self.batch_size)
+        warm = max(1, int(self.warmup * total))
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm))))
+        rng = np.random.default_rng(self.seed)
+        self._backbone.train()
+        self.loss_history_ = []
+        for _ in range(self.epochs):
+            seen, running = 0.0, 0.0
+            for batch in self._batches(rng.permutation(len(rows)), sizes, self.batch_size, rng):
+                bt = torch.as_tensor(batch, device=device)
+                w = w_t[bt]
+                loss = (w * (self._forward([rows[k] for k in batch]) - z_t[bt]) ** 2).sum() / w.sum()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(trainable + head, self.clip_grad)
+                optimizer.step()
+                schedule.step()
+                running += float(loss.detach()) * float(w.sum())
+                seen += float(w.sum())
+            self.loss_history_.append(running / seen)
 
     def predict_log(self, prompts: Sequence[str]) -> np.ndarray:
         """Predicted ``log1p(length)`` per prompt (float64)."""
