@@ -22,114 +22,152 @@ SUMMARY = ("Train the policy with asynchronous GRPO (mode=async|hybrid, schedule
 
 def train(cfg, dry_run: bool = False, overrides=()) -> int:
     """``overrides``: the command line's, which a resumed run applies to its saved config."""
-    from omegaconf import OmegaConf
+    from ..runtime.driver import prepare_task
     from .common import make_console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..config.load import make_run_dir
-    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
-
-    from ..schedule.configured import apply_predictor, configured_task
 
     console = make_console()
-    resume = None
-    if cfg.resume:   # the saved config with this command line's overrides, and the checkpoint to start from
-        from ..config.resume import resume_config
-        from ..runtime.checkpoint import check_steps_left, find_resume_point
-
-        cfg = resume_config(cfg.resume, overrides)
-        resume = find_resume_point(cfg.resume)
-        check_steps_left(resume, cfg.steps, cfg.resume)   # before anything is written
-    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
-                               trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
-    worker_groups = worker_groups_of(cfg.engine.name, cfg.mode.name, OmegaConf.to_object(cfg.layout))
-    # The task first: a bad file, field, row or reward stops here, before the run directory exists.
-    # A real run measures prompts with the model's tokenizer, as its actors do; the dry run
-    # loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).
-    tokenizer = None
-    if not dry_run:
-        from ..config.validate import resolve_model_path
-        from ..engines.hf import load_tokenizer
-
-        tokenizer = load_tokenizer(resolve_model_path(cfg.model.path))
-    task = configured_task(cfg, tokenizer, training=True)
-    predictor_note = apply_predictor(cfg, task.prompts)   # auto made concrete before config.yaml is written
-    num_prompts = len(task.prompts)
+    cfg, resume = resolved_config(cfg, overrides)
+    placement, groups = placement_of(cfg)
+    where = f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(groups)}"
+    # The task first: a bad file, field, row or reward stops here, before the run directory
+    # exists. A real run measures prompts with the model's tokenizer, as its actors do; the
+    # dry run loads no checkpoint (task=dataset excepted: it needs the tokenizer to read its rows).
+    prepared = prepare_task(cfg, with_tokenizer=not dry_run)
+    task = prepared.task
     if task.skipped:
         console.print(f"task: skipped {len(task.skipped)} prompt(s) longer than rl.max_prompt_length="
                       f"{cfg.rl.max_prompt_length} tokens (first: {task.skipped[0]}); "
                       "task.filter_overlong_prompts=false refuses them instead")
-    if dry_run and resume is not None:
+    if dry_run:
+        print_dry_run(console, cfg, prepared, resume, where, len(placement.generators))
+        return 0
+    run_dir = open_run_dir(console, cfg, resume)
+    summary = run_with_progress(console, cfg, run_dir, prepared, resume, len(placement.generators))
+    return print_outcome(console, cfg, run_dir, summary)
+
+
+def resolved_config(cfg, overrides):
+    """``(cfg, resume point or None)``: a resumed run's saved config with this command
+    line's overrides, and the checkpoint it starts from (checked before anything is written)."""
+    if not cfg.resume:
+        return cfg, None
+    from ..config.resume import resume_config
+    from ..runtime.checkpoint import check_steps_left, find_resume_point
+
+    cfg = resume_config(cfg.resume, overrides)
+    resume = find_resume_point(cfg.resume)
+    check_steps_left(resume, cfg.steps, cfg.resume)
+    return cfg, resume
+
+
+def placement_of(cfg) -> tuple:
+    """``(placement, worker groups)`` of the run, as the driver places it (a layout that
+    cannot hold the run fails here, before anything else)."""
+    from omegaconf import OmegaConf
+
+    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
+
+    layout = OmegaConf.to_object(cfg.layout)
+    placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks,
+                               trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
+    return placement, worker_groups_of(cfg.engine.name, cfg.mode.name, layout)
+
+
+def print_dry_run(console, cfg, prepared, resume, where: str, num_generators: int) -> None:
+    """What the run would do: the placement (``where``), and the plan (a new run: planned
+    here and checked by the control core's rules) or the resume point."""
+    if resume is not None:
         control = resume.control
         for note in resume.skipped:
             console.print(f"skipped checkpoint {note}")
         console.print(f"resume {cfg.resume} from {resume.path.name}: version {control.version}, "
                       f"{cfg.steps - control.version} of {cfg.steps} steps left, {len(control.consumed)} prompt "
                       "groups trained; queued samples are regenerated with the resumed weights")
-        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(worker_groups)}")
-        return 0
-    if dry_run:
-        from ..schedule.planning import make_control_core, plan_run
+        console.print(where)
+        return
+    from ..schedule.length_profile import describe_predictor
+    from ..schedule.planning import make_control_core, plan_run
 
-        plan, epochs, minibatches = plan_run(cfg, task.prompts)
-        make_control_core(cfg, minibatches, len(placement.generators))  # refuses plans the rules cannot run
-        console.print(f"layout {cfg.layout.name}, mode {cfg.mode.name}:\n{placement.describe(worker_groups)}")
-        console.print(describe_weights(cfg))
-        console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
-        console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
-                      f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
-        from ..schedule.length_profile import describe_predictor
+    task, num_prompts = prepared.task, len(prepared.task.prompts)
+    plan, epochs, minibatches = plan_run(cfg, task.prompts)
+    make_control_core(cfg, minibatches, num_generators)  # refuses plans the rules cannot run
+    console.print(where)
+    console.print(describe_weights(cfg))
+    console.print(f"task {task.name}: {task.description}; rewards {' + '.join(task.rewards.names)}")
+    console.print(f"plan: {plan.planner}, {plan.num_minibatches} minibatches in {len(plan.groups)} groups, "
+                  f"{epochs} epoch(s) over {num_prompts} prompts for {cfg.steps} steps")
+    console.print(f"{prepared.predictor_note}; {describe_predictor(cfg, num_prompts)}")
 
-        console.print(f"{predictor_note}; {describe_predictor(cfg, num_prompts)}")
-        return 0
-    from ..runtime.driver import run_training
+
+def open_run_dir(console, cfg, resume):
+    """A new run's directory (config.yaml written), or the resumed run's (its config.yaml
+    stays as the run began; the driver writes this segment's beside it once all checks pass)."""
+    from pathlib import Path
+
+    from ..config.load import make_run_dir
 
     if resume is None:
-        run_dir = make_run_dir(cfg, "train")
-    else:   # its config.yaml stays as the run began; the driver writes this segment's beside it once all checks pass
-        from pathlib import Path
+        return make_run_dir(cfg, "train")
+    for note in resume.skipped:   # newer checkpoints that are damaged, one line each
+        console.print(f"skipped checkpoint {note}")
+    console.print(f"resuming from {resume.path} (version {resume.version})")
+    return Path(cfg.run_dir)
 
-        run_dir = Path(cfg.run_dir)
-        for note in resume.skipped:   # newer checkpoints that are damaged, one line each
-            console.print(f"skipped checkpoint {note}")
-        console.print(f"resuming from {resume.path} (version {resume.version})")
-    epochs = cfg.steps * cfg.rl.global_batch_size / num_prompts
+
+def run_with_progress(console, cfg, run_dir, prepared, resume, num_generators: int) -> dict:
+    """``run_training`` under a progress bar: start-up phases, one line per step, the
+    final check's samples. Returns the run's summary."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..runtime.driver import run_training
+
+    num_prompts = len(prepared.task.prompts)
     console.print(f"[bold]asp-train[/] mode={cfg.mode.name} scheduler={cfg.scheduler.name} "
-                  f"layout={cfg.layout.name} ({len(placement.generators)} generation actors), "
-                  f"{cfg.steps} steps ({epochs:.2g} passes over {num_prompts} prompts: {task.description}); "
-                  f"run dir {run_dir}")
+                  f"layout={cfg.layout.name} ({num_generators} generation actors), {cfg.steps} steps "
+                  f"({cfg.steps * cfg.rl.global_batch_size / num_prompts:.2g} passes over {num_prompts} prompts: "
+                  f"{prepared.task.description}); run dir {run_dir}")
     columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
                TimeElapsedColumn(), TextColumn("{task.fields[info]}")]
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("training", total=cfg.steps, completed=resume.version if resume else 0,
                                 info="starting actors", unit="steps")
+        on_step, on_eval, on_phase = progress_callbacks(progress, bar)
+        return run_training(cfg, run_dir, on_step, on_eval=on_eval, prepared=prepared, on_phase=on_phase,
+                            resume_point=resume)
 
-        def on_step(m: dict) -> None:
-            progress.update(bar, completed=m["step"] + 1, info=(
-                f"reward {m['reward_mean']:.3f} correct {m['correctness_rate']:.2f} "
-                f"age {m['policy_age_mean']:.1f} {m['tokens_per_s']:.0f} tok/s"))
-            progress.console.print(
-                f"step {m['step']:>3}  iter {m['iteration_time_s']:6.2f}s  reward {m['reward_mean']:.3f}  "
-                f"integrity {m['integrity_rate']:.2f}  correctness {m['correctness_rate']:.2f}  "
-                f"age {m['policy_age_mean']:.2f}  pad {m['padding_bubble']:.2f}  "
-                f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
-        checking = None
+def progress_callbacks(progress, bar):
+    """``(on_step, on_eval, on_phase)`` of :func:`run_training` drawing on ``progress``."""
+    def on_step(m: dict) -> None:
+        progress.update(bar, completed=m["step"] + 1, info=(
+            f"reward {m['reward_mean']:.3f} correct {m['correctness_rate']:.2f} "
+            f"age {m['policy_age_mean']:.1f} {m['tokens_per_s']:.0f} tok/s"))
+        progress.console.print(
+            f"step {m['step']:>3}  iter {m['iteration_time_s']:6.2f}s  reward {m['reward_mean']:.3f}  "
+            f"integrity {m['integrity_rate']:.2f}  correctness {m['correctness_rate']:.2f}  "
+            f"age {m['policy_age_mean']:.2f}  pad {m['padding_bubble']:.2f}  "
+            f"gen-idle {m['generation_idle_fraction']:.2f}  {m['tokens_per_s']:.0f} tok/s")
 
-        def on_eval(what: str, done: int, total: int) -> None:
-            nonlocal checking
-            if checking is None:
-                checking = progress.add_task("final check", total=total, info="", unit="samples")
-            progress.update(checking, completed=done, total=total, info=f"sampling {what}")
+    checking = None
 
-        began = time.time()
+    def on_eval(what: str, done: int, total: int) -> None:
+        nonlocal checking
+        if checking is None:
+            checking = progress.add_task("final check", total=total, info="", unit="samples")
+        progress.update(checking, completed=done, total=total, info=f"sampling {what}")
 
-        def on_phase(what: str) -> None:   # start-up, before the first step
-            progress.update(bar, info=what)
-            progress.console.print(f"startup {time.time() - began:6.1f}s  {what}")
+    began = time.time()
 
-        summary = run_training(cfg, run_dir, on_step, on_eval=on_eval, task=task, on_phase=on_phase,
-                               resume_point=resume)
+    def on_phase(what: str) -> None:   # start-up, before the first step
+        progress.update(bar, info=what)
+        progress.console.print(f"startup {time.time() - began:6.1f}s  {what}")
+
+    return on_step, on_eval, on_phase
+
+
+def print_outcome(console, cfg, run_dir, summary: dict) -> int:
+    """The run's end for the user: how to resume an interrupted run (exit 130 / 143), or
+    the per-epoch correctness and the initial-vs-final comparison (exit 0)."""
     if summary.get("interrupted") and summary.get("stage") != "final evaluation":
         how = (f"resume with `{summary['resume_command']}`" if summary.get("resume_command")
                else "no checkpoint to resume from (set save_every=K to write them)")
