@@ -57,7 +57,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omegaconf import OmegaConf  # noqa: E402
 
 ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}   # as runtime/driver._ray_options sets them
@@ -88,22 +87,24 @@ def build_model(root: Path, hidden: int, layers: int) -> tuple[str, int, int]:
 
 
 def start_actors(model_path: str, n_samples: int, max_tokens: int):
+    from dataclasses import replace
+
     from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.runtime.actor_configs import actor_configs
     from mindspeed_rl_asp.runtime.generation_unit import GenerationWorker
     from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
     from mindspeed_rl_asp.runtime.transport import remote_class
+    from mindspeed_rl_asp.schedule.configured import configured_task
 
     import ray
 
     cfg = load_config(["task.num_prompts=16", f"generate.sampling_config.max_tokens={max_tokens}",
                        "rl.global_batch_size=4", "rl.mini_batch_size=4", "scheduler.base_batch_size=2"])
     opts = {"num_cpus": 1, "max_concurrency": 1, "runtime_env": {"env_vars": ENV}}
-    trainer = remote_class(TrainingWorker, "collective", "train", 1).options(**opts).remote(
-        OmegaConf.to_container(cfg.engine), model_path, OmegaConf.to_container(cfg.train),
-        OmegaConf.to_container(cfg.rl), OmegaConf.to_container(cfg.algo), OmegaConf.to_container(cfg.task), 1.0)
+    configs = actor_configs(cfg, configured_task(cfg), model_path)
+    trainer = remote_class(TrainingWorker, "collective", "train", 1).options(**opts).remote(configs.trainer, model_path)
     gen = remote_class(GenerationWorker, "collective", "generate", 1).options(**opts).remote(
-        0, OmegaConf.to_container(cfg.engine), model_path, OmegaConf.to_container(cfg.generate.sampling_config),
-        n_samples)
+        0, replace(configs.generation, n_samples=n_samples), model_path)
     ray.get([trainer.ready.remote(), gen.ready.remote()])
     return trainer, gen
 

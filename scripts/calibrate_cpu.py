@@ -306,20 +306,19 @@ def slowdowns(corun: dict, cores: int) -> tuple[float, float]:
 def measure_training(cfg, model_path: str, steps: int) -> tuple[dict, object, object]:
     """Real ``TrainingWorker.train_step`` on sampled steps; returns (measurements, worker, engine)."""
     import numpy as np
-    from omegaconf import OmegaConf
 
     from mindspeed_rl_asp.engines.base import SamplingParams
     from mindspeed_rl_asp.engines.hf import HFGenerationEngine
     from mindspeed_rl_asp.runtime.generation_unit import SampleGroup
+    from mindspeed_rl_asp.runtime.actor_configs import actor_configs
     from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
+    from mindspeed_rl_asp.schedule.configured import configured_task
     from mindspeed_rl_asp.tasks import make_task_prompts
 
     prompts = make_task_prompts(cfg.task)
     engine = HFGenerationEngine(model_path, num_threads=1)
     tok = engine.tokenizer
-    worker = TrainingWorker(OmegaConf.to_container(cfg.engine), model_path, OmegaConf.to_container(cfg.train),
-                            OmegaConf.to_container(cfg.rl), OmegaConf.to_container(cfg.algo),
-                            OmegaConf.to_container(cfg.task), cfg.generate.sampling_config.temperature)
+    worker = TrainingWorker(actor_configs(cfg, configured_task(cfg), model_path).trainer, model_path)
     sampling = SamplingParams.from_config(cfg.generate.sampling_config)
     rows = []
     for step in range(steps):
@@ -361,10 +360,11 @@ def measure_weights_ray(cfg, model_path: str, reps: int, niceness: int) -> dict:
     """The runtime's path: TrainingWorker.export_weights -> sealed object -> GenerationWorker.load_weights."""
     os.environ["RAY_worker_niceness"] = str(niceness)
     import ray
-    from omegaconf import OmegaConf
 
+    from mindspeed_rl_asp.runtime.actor_configs import actor_configs
     from mindspeed_rl_asp.runtime.generation_unit import GenerationWorker
     from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
+    from mindspeed_rl_asp.schedule.configured import configured_task
 
     # The actors' environment as runtime/driver._ray_options sets it.
     env = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -372,14 +372,9 @@ def measure_weights_ray(cfg, model_path: str, reps: int, niceness: int) -> dict:
     opts = {"num_cpus": 1, "max_concurrency": 1, "runtime_env": {"env_vars": env}}
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        engine_cfg = OmegaConf.to_container(cfg.engine)
-        gen = ray.remote(GenerationWorker).options(**opts).remote(
-            0, engine_cfg, model_path, OmegaConf.to_container(cfg.generate.sampling_config),
-            cfg.rl.n_samples_per_prompt)
-        trainer = ray.remote(TrainingWorker).options(**opts).remote(
-            engine_cfg, model_path, OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl),
-            OmegaConf.to_container(cfg.algo), OmegaConf.to_container(cfg.task),
-            cfg.generate.sampling_config.temperature)
+        configs = actor_configs(cfg, configured_task(cfg), model_path)
+        gen = ray.remote(GenerationWorker).options(**opts).remote(0, configs.generation, model_path)
+        trainer = ray.remote(TrainingWorker).options(**opts).remote(configs.trainer, model_path)
         ray.get([gen.ready.remote(), trainer.ready.remote()])
         pings, publishes, loads = [], [], []
         for k in range(5 + reps):  # 5 warm-ups

@@ -18,13 +18,14 @@
 """
 import importlib.util
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from mindspeed_rl_asp.config.load import load_config, make_run_dir
 from mindspeed_rl_asp.config.validate import resolve_model_path
+from mindspeed_rl_asp.runtime.faults import FaultPlan
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +34,17 @@ SMALL = ["task.num_prompts=24", "steps=2", "rl.global_batch_size=4", "rl.mini_ba
          "scheduler.base_batch_size=2", "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=0"]
 
 
+def configs_of(cfg):
+    """The actors' typed configs as the driver makes them (runtime/actor_configs.py)."""
+    from mindspeed_rl_asp.runtime.actor_configs import actor_configs
+    from mindspeed_rl_asp.schedule.configured import configured_task
+
+    return actor_configs(cfg, configured_task(cfg), str(resolve_model_path(cfg.model.path)))
+
+
 def worker_args(cfg):
-    return (OmegaConf.to_container(cfg.engine), str(resolve_model_path(cfg.model.path)),
-            OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl), OmegaConf.to_container(cfg.algo),
-            OmegaConf.to_container(cfg.task), cfg.generate.sampling_config.temperature)
+    """A TrainingWorker's arguments: its config and the weights it starts from."""
+    return configs_of(cfg).trainer, str(resolve_model_path(cfg.model.path))
 
 
 def sample(cfg, num_prompts, seed=7):
@@ -48,8 +56,7 @@ def sample(cfg, num_prompts, seed=7):
     path = str(resolve_model_path(cfg.model.path))
     tokenizer = load_tokenizer(path)
     prompts = make_task(cfg.task, tokenizer, cfg.rl.max_prompt_length).prompts[:num_prompts]
-    gen = GenerationWorker(0, OmegaConf.to_container(cfg.engine), path,
-                           OmegaConf.to_container(cfg.generate.sampling_config), cfg.rl.n_samples_per_prompt)
+    gen = GenerationWorker(0, configs_of(cfg).generation, path)
     _, payload = gen.generate("mb", [(p.id, tokenizer(p.prompt, add_special_tokens=False)["input_ids"])
                                      for p in prompts], seed)
     return [p.id for p in prompts], payload, gen.engine.model.state_dict()
@@ -66,8 +73,9 @@ def test_two_rank_step_equals_the_single_rank_step(ray_cluster):
                        "rl.mini_batch_size=3", "rl.n_samples_per_prompt=3", "rl.micro_batch_size=3",
                        "scheduler.base_batch_size=2", "algo.kl_coef=0.05"])
     ids, payload, initial = sample(cfg, cfg.rl.global_batch_size)
-    args = list(worker_args(cfg))
-    args[3] = {**args[3], "micro_batch_size": 4}   # not a divisor of 9 (the workers do not re-validate)
+    config, path = worker_args(cfg)
+    # not a divisor of 9 (the workers do not re-validate)
+    args = [replace(config, rl=replace(config.rl, micro_batch_size=4)), path]
     actor = ray.remote(num_cpus=1)(TrainingWorker)
     single, *ranks = [actor.remote(*args) for _ in range(3)]
     try:
@@ -113,7 +121,7 @@ def test_collective_transfer_failing_mid_way_keeps_the_old_version(ray_cluster, 
     trainer = ray.remote(num_cpus=1, **actor_class_options("collective", "train", 1))(TrainingWorker).remote(
         *worker_args(cfg))
     gen = ray.remote(num_cpus=1, **actor_class_options("collective", "generate", 1))(GenerationWorker).remote(
-        0, OmegaConf.to_container(cfg.engine), path, OmegaConf.to_container(cfg.generate.sampling_config), 2)
+        0, configs_of(cfg).generation, path)
     try:
         ray.get([trainer.ready.remote(), gen.ready.remote()])
         transport = make_transport(cfg.weights, [trainer], [gen], tmp_path, "cpu", local=True)
@@ -174,12 +182,12 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run(tmp_path, *overrides, **faults):
+def run(tmp_path, *overrides, **options):
     from mindspeed_rl_asp.runtime.driver import run_training
 
     cfg = load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *overrides])
     run_dir = make_run_dir(cfg, "test")
-    return cfg, run_dir, run_training(cfg, run_dir, **faults)
+    return cfg, run_dir, run_training(cfg, run_dir, **options)
 
 
 def generated_only_with_loaded_versions(spans) -> bool:
@@ -199,7 +207,7 @@ def test_two_trainer_ranks_and_a_failed_collective_transfer_train_on(ray_cluster
                                 "train.ranks=2", "weights.transport=collective", "weights.bucket_mb=0.5",
                                 # sent at load, so that the injected failure fails a load (after a
                                 # failed prefetch the load moves the version: the test above)
-                                "weights.prefetch=false", "steps=3", fail_transfer_once=2)
+                                "weights.prefetch=false", "steps=3", faults=FaultPlan(fail_transfer_once=2))
     assert summary["steps"] == 3
     assert (run_dir / "placement.txt").read_text().count("trainer rank") == 2
     rows = read_jsonl(run_dir / "metrics.jsonl")
@@ -273,7 +281,7 @@ def test_checkpoint_taken_on_one_rank_resumes_on_two(ray_cluster, tmp_path):
     try:
         ray.get(single.train_step.remote(0, ids, payload))
         ray.get(single.save_checkpoint.remote(str(ckpt)))
-        resumed_args = [args[0], str(ckpt / "policy"), *args[2:]]
+        resumed_args = [args[0], str(ckpt / "policy")]
         *ranks, weights_only = others = [actor.remote(*resumed_args) for _ in range(3)]
         ray.get([a.ready.remote() for a in others])
         connect_trainer_ranks(ranks, "cpu", local=True)

@@ -37,21 +37,22 @@ def test_generation_scoring_is_on_only_for_dapo_and_checks_its_keys():
     import pytest
 
     from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.config.schema import TaskConfig
     from mindspeed_rl_asp.config.validate import ConfigError
-    from mindspeed_rl_asp.runtime.generation_unit import generation_scoring
+    from mindspeed_rl_asp.runtime.actor_configs import scoring_config
 
-    names = ["maze_integrity", "maze_correctness"]
+    names, task = ["maze_integrity", "maze_correctness"], TaskConfig()
     cfg = load_config(["generate.sampling_config.max_tokens=64"], local_install=False)
-    assert generation_scoring(cfg, {}, (), names) is None            # the trainer scores
+    assert scoring_config(cfg, task, (), names) is None            # the trainer scores
     cfg.algo.overlong_buffer_len = 8
-    shaped = generation_scoring(cfg, {"name": "maze"}, (), names)
-    assert shaped["algo"]["overlong_buffer_len"] == 8 and shaped["max_tokens"] == 64
+    shaped = scoring_config(cfg, task, (), names)
+    assert shaped.algo.overlong_buffer_len == 8 and shaped.max_tokens == 64 and shaped.task is task
     cfg.algo.filter_groups, cfg.algo.filter_groups_metric = "std", "maze_correctness"
-    assert generation_scoring(cfg, {}, (), names)["algo"]["filter_groups"] == "std"
+    assert scoring_config(cfg, task, (), names).algo.filter_groups == "std"
     cfg.algo.filter_groups_metric = "format"
     with pytest.raises(ConfigError, match="algo.filter_groups_metric='format' is not a reward of this task"):
-        generation_scoring(cfg, {}, (), names)
+        scoring_config(cfg, task, (), names)
     cfg.algo.filter_groups_metric, cfg.algo.overlong_buffer_len = "acc", 64
     with pytest.raises(ConfigError, match="algo.overlong_buffer_len=64 must be below "
                                           "generate.sampling_config.max_tokens=64"):
-        generation_scoring(cfg, {}, (), names)
+        scoring_config(cfg, task, (), names)

@@ -10,9 +10,8 @@ def test_zero_means_prompt_plus_response():
     assert run_model_len(4096, 256, 512) == 4096
     cfg = load_config(["engine=vllm", "rl.max_prompt_length=200", "generate.sampling_config.max_tokens=100"],
                       validate=False)
-    assert engine_settings(cfg)["max_model_len"] == 300
-    assert engine_settings(load_config(["engine=vllm", "engine.max_model_len=640"], validate=False))[
-        "max_model_len"] == 640
+    assert engine_settings(cfg).max_model_len == 300
+    assert engine_settings(load_config(["engine=vllm", "engine.max_model_len=640"], validate=False)).max_model_len == 640
 
 
 def test_kv_budget_is_checked_against_the_run_not_the_checkpoint():

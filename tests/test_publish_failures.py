@@ -18,10 +18,17 @@ pytestmark = pytest.mark.slow
 TRANSPORTS = ("object_store", "files", "collective")
 
 
+def configs_of(cfg):
+    """The actors' typed configs as the driver makes them (runtime/actor_configs.py)."""
+    from mindspeed_rl_asp.runtime.actor_configs import actor_configs
+    from mindspeed_rl_asp.schedule.configured import configured_task
+
+    return actor_configs(cfg, configured_task(cfg), str(resolve_model_path(cfg.model.path)))
+
+
 def worker_args(cfg):
-    return (OmegaConf.to_container(cfg.engine), str(resolve_model_path(cfg.model.path)),
-            OmegaConf.to_container(cfg.train), OmegaConf.to_container(cfg.rl), OmegaConf.to_container(cfg.algo),
-            OmegaConf.to_container(cfg.task), cfg.generate.sampling_config.temperature)
+    """A TrainingWorker's arguments: its config and the weights it starts from."""
+    return configs_of(cfg).trainer, str(resolve_model_path(cfg.model.path))
 
 
 def publish(cluster, version):

@@ -51,8 +51,6 @@ def generate(cfg) -> int:
     from .common import make_console
     from rich.progress import Progress
 
-    from types import SimpleNamespace
-
     from ..config.engine import engine_settings
     from ..config.load import make_run_dir
     from ..config.validate import resolve_model_path
@@ -69,7 +67,7 @@ def generate(cfg) -> int:
     console.print(f"[bold]asp-generate[/] {model_path.name} on {len(prompts)} prompts ({the_task.description}) "
                   f"x {cfg.rl.n_samples_per_prompt} samples, engine={cfg.engine.name}"
                   f"{', greedy' if cfg.generate.greedy else ''}; run dir {run_dir}")
-    engine = make_generation_engine(SimpleNamespace(**engine_settings(cfg)), str(model_path))
+    engine = make_generation_engine(engine_settings(cfg), str(model_path))
     total = len(prompts) * cfg.rl.n_samples_per_prompt
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("generating", total=total)

@@ -15,14 +15,14 @@ def run_model_len(configured: int, max_prompt_length: int, max_tokens: int) -> i
     return int(configured) if configured else int(max_prompt_length) + int(max_tokens)
 
 
-def engine_settings(cfg) -> dict:
-    """``cfg.engine`` as a plain dict, ``max_model_len`` resolved (:func:`run_model_len`).
-    ``cfg``: the OmegaConf config or the plain ``RootConfig`` the config checks get."""
-    from dataclasses import asdict, is_dataclass
+def engine_settings(cfg):
+    """``cfg.engine`` as its typed ``EngineConfig``, ``max_model_len`` resolved
+    (:func:`run_model_len`). ``cfg``: the OmegaConf config or the plain ``RootConfig`` the
+    config checks get."""
+    from dataclasses import is_dataclass, replace
 
     from omegaconf import OmegaConf
 
-    engine = asdict(cfg.engine) if is_dataclass(cfg.engine) else OmegaConf.to_container(cfg.engine, resolve=True)
-    engine["max_model_len"] = run_model_len(engine.get("max_model_len", 0), cfg.rl.max_prompt_length,
-                                            cfg.generate.sampling_config.max_tokens)
-    return engine
+    engine = cfg.engine if is_dataclass(cfg.engine) else OmegaConf.to_object(cfg.engine)
+    return replace(engine, max_model_len=run_model_len(engine.max_model_len, cfg.rl.max_prompt_length,
+                                                       cfg.generate.sampling_config.max_tokens))

@@ -357,11 +357,9 @@ def engine_problems(cfg, local_install: bool = True) -> list[str]:
             pass    # an unknown engine.device: config_problems names it
     config = locate(cfg.model.path) / "config.json"
     model_config = json.loads(config.read_text()) if config.is_file() else None
-    from types import SimpleNamespace
-
     from .engine import engine_settings
 
-    engine = SimpleNamespace(**engine_settings(cfg))   # max_model_len as the actors get it
+    engine = engine_settings(cfg)   # max_model_len as the actors get it
     return config_problems(engine, cfg.layout.infer_instance_size, model_config, installed)
 
 

@@ -78,10 +78,13 @@ def _check_hf_training(engine_cfg, what: str) -> None:
                           "or engine=vllm (both train with the hf engine)")
 
 
-def make_training_engine(engine_cfg, model_path: str, train_cfg, rl_cfg, temperature: float):
+def make_training_engine(engine_cfg, model_path: str, train_cfg, rl_cfg, temperature: float, worker_bundles=()):
+    """``worker_bundles``: engine=mindspeed only, the placement of MindSpeed-RL's worker
+    group (bundles of ASP's placement groups, made by the driver)."""
     if engine_cfg.name == "mindspeed":
         _require_mindspeed_rl()
-        return _plugin("mindspeed", "MindSpeedTrainingEngine")(engine_cfg, model_path, train_cfg, rl_cfg, temperature)
+        return _plugin("mindspeed", "MindSpeedTrainingEngine")(engine_cfg, model_path, train_cfg, rl_cfg, temperature,
+                                                               bundles=worker_bundles)
     _check_hf_training(engine_cfg, "training engine")
     from .hf import HFTrainingEngine
 

@@ -92,49 +92,22 @@ class SampleGroup:
         return [len(r) for r in self.response_ids]
 
 
-def generation_scoring(cfg, task_cfg: dict, import_roots, reward_names) -> dict | None:
-    """What a generation actor needs to score its samples (``GenerationWorker(scoring=)``),
-    or None when the trainer scores (``algo.filter_groups=none`` and
-    ``algo.overlong_buffer_len=0``). ``task_cfg``: the task
-    config as actors get it; ``reward_names``: the task's rewards, which
-    ``algo.filter_groups_metric`` must name (or ``acc`` / ``reward``): checked here."""
-    from omegaconf import OmegaConf
-
-    from ..algo.dapo import check_filter_metric, overlong_penalty
-    from ..config.validate import ConfigError
-
-    algo = cfg.algo
-    if algo.filter_groups == "none" and algo.overlong_buffer_len == 0:
-        return None
-    try:
-        if algo.filter_groups != "none":
-            check_filter_metric(algo.filter_groups_metric, list(reward_names))
-        overlong_penalty(0, cfg.generate.sampling_config.max_tokens, algo.overlong_buffer_len,
-                         algo.overlong_penalty_factor)   # the buffer must be shorter than max_tokens
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    return {"task_cfg": task_cfg, "import_roots": tuple(import_roots), "max_prompt_length": cfg.rl.max_prompt_length,
-            "algo": OmegaConf.to_container(algo), "max_tokens": cfg.generate.sampling_config.max_tokens}
-
-
 class GenerationWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
-    def __init__(self, actor_index: int, engine_cfg: dict, model_path: str, sampling: dict, n_samples: int,
-                 scoring: dict | None = None, start_version: int = 0):
-        """``scoring`` (:func:`generation_scoring`): score samples here, for dynamic sampling.
+    def __init__(self, actor_index: int, config, model_path: str, start_version: int = 0):
+        """``config``: the actor's ``GenerationActorConfig`` (``runtime/actor_configs.py``);
+        with ``config.scoring`` the actor scores its samples, for dynamic sampling.
         ``start_version``: the run's version of the weights at ``model_path`` (a resumed
         run's checkpoint), which its samples carry until the first load."""
-        from types import SimpleNamespace
-
         from ..engines.base import SamplingParams
         from ..engines.registry import make_generation_engine
 
         self.actor_index = actor_index
-        self.engine = make_generation_engine(SimpleNamespace(**engine_cfg), model_path)
+        self.engine = make_generation_engine(config.engine, model_path)
         self.engine.weight_version = start_version
-        self.sampling = SamplingParams.from_config(sampling)
-        self.n_samples = n_samples
+        self.sampling = SamplingParams.from_config(config.sampling)
+        self.n_samples = config.n_samples
         self._fail_next = False
         self._hold: tuple[str, float] | None = None
         # Collective transport: (sender host, port, transfer seq) -> ("ok", views, flat, stats)
@@ -143,15 +116,15 @@ class GenerationWorker:
         self._discarded: set[tuple] = set()
         self._arrivals = threading.Condition()
         self._receiver = None
-        self.scoring = scoring
-        if scoring is not None:
+        self.scoring = config.scoring
+        if self.scoring is not None:
             from ..policy.tokenizer import load_tokenizer
             from ..tasks import make_task
             from ..tasks.rewards import user_import_roots_on_path
 
-            user_import_roots_on_path(scoring["import_roots"])
+            user_import_roots_on_path(self.scoring.import_roots)
             self.tokenizer = load_tokenizer(model_path)
-            self.task = make_task(SimpleNamespace(**scoring["task_cfg"]), self.tokenizer, scoring["max_prompt_length"])
+            self.task = make_task(self.scoring.task, self.tokenizer, self.scoring.max_prompt_length)
             self.prompts = self.task.by_id()
 
     def _score(self, groups: dict) -> dict[str, list[float]]:
@@ -167,8 +140,8 @@ class GenerationWorker:
             texts = [strip_eos(self.tokenizer.decode(r.tolist(), skip_special_tokens=False), eos)
                      for r in group.response_ids]
             group.scores = score_samples(self.task.score, self.prompts[base_prompt_id(pid)], texts, group.lengths,
-                                         sc["algo"], sc["max_tokens"])
-            rewards[pid] = [filter_metric(s, sc["algo"]["filter_groups_metric"]) for s in group.scores]
+                                         sc.algo, sc.max_tokens)
+            rewards[pid] = [filter_metric(s, sc.algo.filter_groups_metric) for s in group.scores]
         return rewards
 
     def generate(self, minibatch_id: str, prompts: list[tuple[str, list[int]]], seed: int):
@@ -194,7 +167,7 @@ class GenerationWorker:
                 [np.asarray(out.response_ids[r], dtype=np.int32) for r in rows],
                 [np.asarray(out.response_logprobs[r], dtype=np.float32) for r in rows], out.weight_version)
         rewards = self._score(groups) if self.scoring is not None else None
-        if self.scoring is not None and self.scoring["algo"]["filter_groups"] == "none":
+        if self.scoring is not None and self.scoring.algo.filter_groups == "none":
             rewards = None   # shaping only: nothing to reject
         report = MinibatchReport(minibatch_id, self.actor_index, out.weight_version, start, time.time(),
                                  out.response_lengths, rewards)

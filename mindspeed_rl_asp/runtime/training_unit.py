@@ -86,55 +86,48 @@ def step_metrics(step: int, rows, scores, group_versions) -> dict:
 class TrainingWorker:
     """The actor body (wrapped with ``ray.remote`` by the runtime)."""
 
-    def __init__(self, engine_cfg: dict, model_path: str, train_cfg: dict, rl_cfg: dict, algo_cfg: dict,
-                 task_cfg: dict, temperature: float, import_paths: tuple[str, ...] = (),
-                 reference_path: str | None = None):
-        """``model_path``: the weights to train from (a resumed run: its checkpoint's
-        policy); ``reference_path``: the KL reference, the run's starting checkpoint
-        (default ``model_path``)."""
-        from types import SimpleNamespace
-
+    def __init__(self, config, model_path: str):
+        """``config``: the actor's ``TrainerActorConfig`` (``runtime/actor_configs.py``);
+        ``model_path``: the weights to train from (a resumed run: its checkpoint's policy;
+        the KL reference stays ``config.reference_path``, the run's starting checkpoint)."""
         from ..algo.grpo import GRPOLossConfig, make_loss_fn
+        from ..config.validate import rollouts_per_step
         from ..engines.registry import make_reference_policy, make_training_engine
         from ..tasks import make_task
         from ..tasks.rewards import user_import_roots_on_path
 
-        rl = SimpleNamespace(**rl_cfg)
-        # record.rollouts (passed in train_cfg): samples per step written to rollouts.jsonl.
-        from ..config.validate import rollouts_per_step
-
-        self.rollouts_per_step = rollouts_per_step(train_cfg.get("record_rollouts", False))
-        self.source_path = reference_path or model_path   # the run's starting checkpoint: exports follow it
-        self.engine = make_training_engine(SimpleNamespace(**engine_cfg), model_path, SimpleNamespace(**train_cfg),
-                                           rl, temperature)
+        rl, algo = config.rl, config.algo
+        # record.rollouts: samples per step written to rollouts.jsonl.
+        self.rollouts_per_step = rollouts_per_step(config.record_rollouts)
+        self.source_path = config.reference_path   # the run's starting checkpoint: exports follow it
+        self.engine = make_training_engine(config.engine, model_path, config.train, rl, config.temperature,
+                                           worker_bundles=config.worker_bundles)
         self.tokenizer = self.engine.tokenizer
-        self.scale_advantages = algo_cfg.get("scale_advantages", True)
+        self.scale_advantages = algo.scale_advantages
         # algo.adv_std: population (ddof=0) or sample (ddof=1, MindSpeed-RL's group_norm).
-        self.adv_ddof = 1 if algo_cfg.get("adv_std", "population") == "sample" else 0
-        self.adv_eps = float(algo_cfg.get("adv_eps", 1e-6))
+        self.adv_ddof = 1 if algo.adv_std == "sample" else 0
+        self.adv_eps = float(algo.adv_eps)
         # Dynamic sampling and overlong shaping score on the rollout side (the groups bring
         # their scores); the trainer scores only the groups that come without.
-        self.scored_by_generators = (algo_cfg.get("filter_groups", "none") != "none"
-                                     or algo_cfg.get("overlong_buffer_len", 0) > 0)
-        self.loss_cfg = GRPOLossConfig.from_mapping(algo_cfg)
+        self.scored_by_generators = algo.filter_groups != "none" or algo.overlong_buffer_len > 0
+        self.loss_cfg = GRPOLossConfig.from_mapping(vars(algo))
         self.loss_fn = make_loss_fn(self.loss_cfg)
         if hasattr(self.engine, "configure_loss"):   # engine=mindspeed folds the correction into its own loss
             self.engine.configure_loss(self.loss_cfg)
         # The KL term needs log-probs of the starting policy: a frozen copy, loaded only then.
-        self.reference = (make_reference_policy(SimpleNamespace(**engine_cfg), reference_path or model_path,
-                                                temperature, training_engine=self.engine)
+        self.reference = (make_reference_policy(config.engine, config.reference_path, config.temperature,
+                                                training_engine=self.engine)
                           if self.loss_cfg.kl_coef > 0 else None)
         self.updates_per_step = rl.global_batch_size // rl.mini_batch_size
         # The driver's user reward modules import here as they did there.
-        user_import_roots_on_path(import_paths)
-        self.task = make_task(SimpleNamespace(**task_cfg), self.tokenizer, rl.max_prompt_length)
+        user_import_roots_on_path(config.import_roots)
+        self.task = make_task(config.task, self.tokenizer, rl.max_prompt_length)
         self.prompts = self.task.by_id()
         # train.data_channel: each step's samples through MindSpeed-RL's TransferDock or
         # TransferQueue (integrations/mindspeed/queue.py); None: the Ray payloads as they are.
         from ..integrations.mindspeed.queue import make_channel
 
-        self.channel = make_channel(train_cfg.get("data_channel", "local"), rl.global_batch_size,
-                                    rl.n_samples_per_prompt)
+        self.channel = make_channel(config.train.data_channel, rl.global_batch_size, rl.n_samples_per_prompt)
         self.version = 0
         self.rank = 0
         self.sender = None   # the collective transport's sending side (rank 0)

@@ -130,9 +130,9 @@ def stale_batch(engine_cfg_model, seed=0):
 def mindspeed_engine():
     from mindspeed_rl_asp.integrations.mindspeed.engine import MindSpeedTrainingEngine
 
-    cfg = SimpleNamespace(mindspeed_config=str(TINY_JOB), mindspeed_workers="cpu", mindspeed_bundles=[[{"NPU": 1.0}]],
-                          dtype="float32", num_threads=1, device="cpu")
-    return MindSpeedTrainingEngine(cfg, str(TINY_MODEL), temperature=1.0)
+    cfg = SimpleNamespace(mindspeed_config=str(TINY_JOB), mindspeed_workers="cpu", dtype="float32", num_threads=1,
+                          device="cpu")
+    return MindSpeedTrainingEngine(cfg, str(TINY_MODEL), temperature=1.0, bundles=[[{"NPU": 1.0}]])
 
 
 STATE = {}

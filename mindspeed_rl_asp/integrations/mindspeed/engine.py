@@ -327,12 +327,13 @@ class MindSpeedTrainingEngine:
     """The training-engine protocol over MindSpeed-RL's actor (see the module docstring;
     written against its API, not run: there is no NPU here)."""
 
-    def __init__(self, engine_cfg, model_path: str, train_cfg=None, rl_cfg=None, temperature: float = 1.0):
+    def __init__(self, engine_cfg, model_path: str, train_cfg=None, rl_cfg=None, temperature: float = 1.0,
+                 bundles=()):
         """Assembles the job as MindSpeed-RL's ``cli/train_grpo.py`` does (``job.py``): Hydra
         with the job's defaults, its config classes and ``validate_rl_args`` through its own
         ``parse_training_config``, its KL controller, and a ``RayActorGroup`` of integrated
         workers (MindSpeed-RL's on NPUs; ``cpu_workers.py`` with ``engine.mindspeed_workers=cpu``)
-        on ASP's placement groups (``engine_cfg.mindspeed_bundles``, from the driver)."""
+        on ASP's placement groups (``bundles``, from the driver)."""
         from transformers import AutoConfig, AutoTokenizer
 
         from . import job as jobs
@@ -344,10 +345,9 @@ class MindSpeedTrainingEngine:
                               "YAML whose megatron_training / actor_config / rl_config / generate_config / model "
                               "sections build its actor")
         workers = getattr(engine_cfg, "mindspeed_workers", "npu")
-        bundles = getattr(engine_cfg, "mindspeed_bundles", None)
         if not bundles:
             raise MindSpeedEngineError("engine=mindspeed: no placement for MindSpeed-RL's worker group "
-                                       "(engine.mindspeed_bundles); the driver (runtime/driver.py) places it")
+                                       "(bundles=); the driver (runtime/driver.py) places it")
         jobs.use_mindspeed_rl(workers)
         if workers == "cpu":   # what the acl stand-in answers RayActorGroup: the devices of a T node
             os.environ.setdefault(jobs.LOGICAL_NPUS_ENV, str(len(bundles[0])))
