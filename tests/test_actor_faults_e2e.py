@@ -1,7 +1,7 @@
 """Real runs in which a generation actor's process is killed (SIGKILL) mid-minibatch.
 
 The actor's first minibatch writes its process id into a flag file and blocks
-(``run_training(hold_actor_once=...)``), so the kill lands mid-minibatch for sure; the
+(``run_training(faults=FaultPlan(hold_actor_once=...))``), so the kill lands mid-minibatch for sure; the
 test kills only that pid. With ``fault.actor_restarts=1`` Ray brings the actor back and
 the core refreshes it before it generates again; with 0 it is retired and the other
 actor finishes the run. Either way the killed minibatch is generated once more and the
@@ -18,6 +18,7 @@ import pytest
 
 from mindspeed_rl_asp.config.load import load_config, make_run_dir
 from mindspeed_rl_asp.runtime.driver import run_training
+from mindspeed_rl_asp.runtime.faults import FaultPlan
 from mindspeed_rl_asp.tasks import base_prompt_id
 
 pytestmark = pytest.mark.slow
@@ -33,10 +34,10 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run(tmp_path, *overrides, **seams):
+def run(tmp_path, *overrides, **options):
     cfg = load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *overrides])
     run_dir = make_run_dir(cfg, "test")
-    return cfg, run_dir, run_training(cfg, run_dir, **seams)
+    return cfg, run_dir, run_training(cfg, run_dir, **options)
 
 
 def run_killing_actor(tmp_path, actor: int, *overrides):
@@ -57,7 +58,7 @@ def run_killing_actor(tmp_path, actor: int, *overrides):
     killer = threading.Thread(target=kill_when_held, daemon=True)
     killer.start()
     try:
-        cfg, run_dir, summary = run(tmp_path, *overrides, hold_actor_once=(actor, str(flag)))
+        cfg, run_dir, summary = run(tmp_path, *overrides, faults=FaultPlan(hold_actor_once=(actor, str(flag))))
     finally:
         run_over.set()
         killer.join(timeout=10)
@@ -120,7 +121,7 @@ def test_killed_actor_without_restarts_is_retired_and_the_other_finishes(ray_clu
 
 def test_failed_weight_load_is_retried_and_recorded(ray_cluster, tmp_path):
     cfg, run_dir, summary = run(tmp_path, "weights.transport=collective", "weights.bucket_mb=0.5",
-                                "weights.prefetch=false", fail_transfer_once=2)
+                                "weights.prefetch=false", faults=FaultPlan(fail_transfer_once=2))
     check_ledger(cfg, summary, run_dir)
     faults = summary["faults"]
     failed = [f for f in faults if f["kind"] == "load_failed"]

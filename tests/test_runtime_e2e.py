@@ -10,6 +10,7 @@ import pytest
 from mindspeed_rl_asp.config.load import load_config, make_run_dir
 from mindspeed_rl_asp.control.loop import TrainerFailed
 from mindspeed_rl_asp.runtime.driver import run_training
+from mindspeed_rl_asp.runtime.faults import FaultPlan
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +24,10 @@ SMALL = ["task.num_prompts=24", "steps=2", "rl.global_batch_size=4", "rl.mini_ba
 ONE_ACTOR = ("layout.nodes=2", "layout.gen_nodes=1")
 
 
-def run(tmp_path, *overrides, **faults):
+def run(tmp_path, *overrides, **options):
     cfg = load_config([*SMALL, f"run_dir={tmp_path / 'run'}", *overrides])
     run_dir = make_run_dir(cfg, "test")
-    return cfg, run_dir, run_training(cfg, run_dir, **faults)
+    return cfg, run_dir, run_training(cfg, run_dir, **options)
 
 
 def read_jsonl(path):
@@ -93,7 +94,8 @@ def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_re
 
     from mindspeed_rl_asp.tasks import base_prompt_id
 
-    cfg, run_dir, summary = run(tmp_path, mode, "scheduler=asp", "task.num_prompts=8", "steps=6", fail_actor_once=0)
+    cfg, run_dir, summary = run(tmp_path, mode, "scheduler=asp", "task.num_prompts=8", "steps=6",
+                                faults=FaultPlan(fail_actor_once=0))
     assert summary["steps"] == 6 and summary["epochs"] == 3
     consumed = summary["consumed_prompt_ids"]
     assert len(consumed) == len(set(consumed)) == 24
@@ -109,7 +111,7 @@ def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_re
 
 def test_trainer_error_stops_cleanly(ray_cluster, tmp_path):
     with pytest.raises(TrainerFailed, match="injected trainer failure at step 1"):
-        run(tmp_path, *ONE_ACTOR, fail_trainer_at_step=1)
+        run(tmp_path, *ONE_ACTOR, faults=FaultPlan(fail_trainer_at_step=1))
     run_dir = tmp_path / "run"
     assert (run_dir / "config.yaml").is_file()
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [0]

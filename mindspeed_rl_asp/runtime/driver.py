@@ -14,10 +14,13 @@ import json
 import os
 import time
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from omegaconf import OmegaConf
+
+from .faults import FaultPlan
 
 
 def _ray_options(placement_group, slot, resource: str, threads: int, extra_env: dict | None = None) -> dict:
@@ -76,17 +79,19 @@ def mindspeed_logical_npus(cfg, layout) -> dict | None:
     return {"NPU": float(layout.train_nodes * layout.devices_per_node)}
 
 
-def mindspeed_trainer_setup(cfg, layout, engine_cfg: dict, pin_nodes: bool) -> tuple[dict, dict]:
-    """engine=mindspeed: the engine config the Training Unit gets (with the bundles of
-    MindSpeed-RL's worker group, which ASP places: a CPU per bundle on NPU hosts, none for
-    logical NPUs) and the environment of the processes that run MindSpeed-RL's code (its
-    checkout, and with ``mindspeed_workers=cpu`` the NPU stand-ins, on PYTHONPATH)."""
+def mindspeed_trainer_setup(cfg, layout, pin_nodes: bool) -> tuple[list, dict]:
+    """engine=mindspeed: the bundles of MindSpeed-RL's worker group, which ASP places (a CPU
+    per bundle on NPU hosts, none for logical NPUs), and the environment of the processes
+    that run MindSpeed-RL's code (its checkout, and with ``mindspeed_workers=cpu`` the NPU
+    stand-ins, on PYTHONPATH). Other engines: no bundles, no environment."""
+    if cfg.engine.name != "mindspeed":
+        return [], {}
     from ..integrations.mindspeed.job import worker_env
     from ..config.placement import mindspeed_worker_bundles
 
     cpus = 0.0 if cfg.engine.mindspeed_workers == "cpu" else 1.0
-    engine_cfg = {**engine_cfg, "mindspeed_bundles": mindspeed_worker_bundles(layout, cfg.mode.name, cpus, pin_nodes)}
-    return engine_cfg, worker_env(cfg.engine.mindspeed_workers, layout.devices_per_node)
+    return (mindspeed_worker_bundles(layout, cfg.mode.name, cpus, pin_nodes),
+            worker_env(cfg.engine.mindspeed_workers, layout.devices_per_node))
 
 
 def launched_by_asp_launch() -> bool:
@@ -98,16 +103,6 @@ def launched_by_asp_launch() -> bool:
     from ..config.placement import node_resource
 
     return node_resource(0) in ray.cluster_resources()
-
-
-def task_config_for_actors(cfg) -> dict:
-    """The task config as the actors get it: file paths made absolute (an actor's working
-    directory need not be the driver's)."""
-    task_cfg = OmegaConf.to_container(cfg.task)
-    for key in ("path", "eval_path"):
-        if task_cfg.get(key):
-            task_cfg[key] = str(Path(task_cfg[key]).resolve())
-    return task_cfg
 
 
 def start_segment(cfg, run_dir: Path, prompts, resume=None):
@@ -159,43 +154,56 @@ def begin_resumed_segment(cfg, run_dir: Path, resume) -> None:
 def start_actors(cfg, pg, placement, weights_path: str, model_path: str, task,
                  start_version: int = 0) -> tuple[list, list]:
     """The generation actors and the trainer rank actors in their placement-group slots,
-    starting from ``weights_path`` (a resumed run: its checkpoint's policy, version
-    ``start_version``); the trainer's KL reference is ``model_path``, the run's starting checkpoint."""
-    from ..config.engine import engine_settings
-    from .generation_unit import GenerationWorker, generation_scoring, restart_options
+    each built from its typed config (``runtime/actor_configs.py``), starting from
+    ``weights_path`` (a resumed run: its checkpoint's policy, version ``start_version``);
+    the trainer's KL reference is ``model_path``, the run's starting checkpoint."""
+    from .actor_configs import actor_configs
+    from .generation_unit import GenerationWorker, restart_options
     from .training_unit import TrainingWorker
     from .transport import remote_class
 
-    threads = cfg.engine.num_threads
-    engine_cfg = engine_settings(cfg)
-    if engine_cfg.get("mindspeed_config"):   # the job YAML, found from any actor's working directory
-        engine_cfg["mindspeed_config"] = str(Path(engine_cfg["mindspeed_config"]).resolve())
-    sampling = OmegaConf.to_container(cfg.generate.sampling_config)
-    # Dynamic sampling / overlong shaping: the generation actors score their samples.
-    scoring = generation_scoring(cfg, task_config_for_actors(cfg), task.import_roots(), task.rewards.names)
-    transport_name, num_gen = cfg.weights.transport, len(placement.generators)
+    threads, transport_name, num_gen = cfg.engine.num_threads, cfg.weights.transport, len(placement.generators)
+    bundles, trainer_env = mindspeed_trainer_setup(cfg, OmegaConf.to_object(cfg.layout), launched_by_asp_launch())
+    configs = actor_configs(cfg, task, model_path, bundles)
     gen_cls = remote_class(GenerationWorker, transport_name, "generate", num_gen)
     generators = [
         gen_cls.options(**_ray_options(pg, slot, placement.resource, threads),
                         **restart_options(cfg.fault.actor_restarts)).remote(
-            slot.index, engine_cfg, weights_path, sampling, cfg.rl.n_samples_per_prompt, scoring, start_version)
+            slot.index, configs.generation, weights_path, start_version)
         for slot in placement.generators
     ]
     # One actor per trainer rank (train.ranks); rank 0 sends weights for the collective transport.
-    trainer_cfg, trainer_env = engine_cfg, {}
-    if cfg.engine.name == "mindspeed":
-        trainer_cfg, trainer_env = mindspeed_trainer_setup(cfg, OmegaConf.to_object(cfg.layout), engine_cfg,
-                                                           launched_by_asp_launch())
     trainers = [
         remote_class(TrainingWorker, transport_name, "train" if slot.index == 0 else "rank", num_gen).options(
             **_ray_options(pg, slot, slot.resource or placement.resource, threads, trainer_env)).remote(
-            trainer_cfg, weights_path, {**OmegaConf.to_container(cfg.train), "record_rollouts": cfg.record.rollouts},
-            OmegaConf.to_container(cfg.rl),
-            OmegaConf.to_container(cfg.algo), task_config_for_actors(cfg),
-            cfg.generate.sampling_config.temperature, tuple(task.import_roots()), model_path)
+            configs.trainer, weights_path)
         for slot in placement.trainers
     ]
     return generators, trainers
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """The run's task, built once, before the run directory exists (a bad file, field, row
+    or reward stops there), with the model's tokenizer its prompts were measured with
+    (None for a dry run of the maze task, which loads no checkpoint), and the line saying
+    which length predictor ``scheduler.predictor=auto`` became."""
+
+    task: Any
+    tokenizer: Any
+    predictor_note: str
+
+
+def prepare_task(cfg, with_tokenizer: bool = True) -> PreparedTask:
+    """Build the task of ``cfg`` (``schedule/configured.configured_task``) and make
+    ``scheduler.predictor=auto`` concrete in ``cfg`` (before config.yaml is written)."""
+    from ..config.validate import resolve_model_path
+    from ..engines.hf import load_tokenizer
+    from ..schedule.configured import apply_predictor, configured_task
+
+    tokenizer = load_tokenizer(resolve_model_path(cfg.model.path)) if with_tokenizer else None
+    task = configured_task(cfg, tokenizer, training=True)
+    return PreparedTask(task, tokenizer, apply_predictor(cfg, task.prompts))
 
 
 class FirstGeneration:
@@ -221,23 +229,18 @@ class FirstGeneration:
 
 
 def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = None,
-                 fail_actor_once: int | None = None, fail_trainer_at_step: int | None = None,
-                 on_eval: Callable[[str, int, int], None] | None = None, task=None,
-                 fail_transfer_once: int | None = None, hold_actor_once: tuple[int, str] | None = None,
-                 on_phase: Callable[[str], None] | None = None, resume_point=None) -> dict:
+                 on_eval: Callable[[str, int, int], None] | None = None, prepared: PreparedTask | None = None,
+                 on_phase: Callable[[str], None] | None = None, resume_point=None,
+                 faults: FaultPlan | None = None) -> dict:
     """Run ``cfg.steps`` GRPO steps; writes everything into ``run_dir``; returns the summary.
 
     ``on_step(metrics)`` after every step; ``on_eval(what, samples done, samples in all)``
     during the final initial-vs-final check; ``on_phase(what)`` as start-up goes through its
     phases (plan, Ray, placement, models loaded, first generation), so a user sees progress
-    before the first step. ``task``: the run's task if the caller built
-    it already (``schedule.configured.configured_task``, before writing the run directory);
-    ``resume_point``: the checkpoint to resume from if the caller found it already.
-
-    ``fail_actor_once`` / ``fail_trainer_at_step`` / ``fail_transfer_once`` (the first
-    collective weight transfer stops after that many buckets) are fault-injection seams
-    for tests; so is ``hold_actor_once=(actor, flag_path)``: that actor's first minibatch
-    writes its process id into ``flag_path`` and blocks, for a test to kill it.
+    before the first step. ``prepared``: the run's task and tokenizer if the caller built
+    them already (:func:`prepare_task`, before writing the run directory);
+    ``resume_point``: the checkpoint to resume from if the caller found it already;
+    ``faults``: what a test injects (``runtime/faults.FaultPlan``).
 
     ``cfg.resume`` (= ``run_dir``): continue from the run's newest checkpoint
     (``runtime/checkpoint.py``). ``cfg.save_every``: checkpoint every that many versions.
@@ -247,8 +250,6 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     from ..config.validate import resolve_model_path
     from ..control.core import is_colocated
-    from ..policy.tokenizer import load_tokenizer
-    from ..schedule.configured import apply_predictor, configured_task
     from ..tasks import base_prompt_id
     from .distributed import connect_trainer_ranks
     from ..schedule.planning import make_control_core
@@ -264,10 +265,9 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
 
     layout = OmegaConf.to_object(cfg.layout)
     model_path = str(resolve_model_path(cfg.model.path))
-    tokenizer = load_tokenizer(model_path)
-    task = task if task is not None else configured_task(cfg, tokenizer, training=True)
+    prepared = prepared or prepare_task(cfg)
+    task, tokenizer = prepared.task, prepared.tokenizer
     prompts = task.prompts
-    apply_predictor(cfg, prompts)   # scheduler.predictor=auto made concrete (a no-op when the CLI did it)
     tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     phase = on_phase or (lambda what: None)
     resume, prior, minibatches = start_segment(cfg, run_dir, prompts, resume_point)
@@ -317,7 +317,6 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
             ray.get(pg.ready())
             phase(f"placement ready: {len(placement.bundles)} node bundle(s)")
             generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task, prior.version)
-            trainer = trainers[0]
             ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
             phase(f"models loaded: {len(generators)} generation actor(s), {len(trainers)} trainer rank(s)")
             connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
@@ -325,14 +324,8 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
                 ray.get([t.load_checkpoint.remote(str(resume.path), resume.version) for t in trainers])
             transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
                                        local=not multi_node)
-            if fail_actor_once is not None:
-                ray.get(generators[fail_actor_once].inject_failure.remote())
-            if hold_actor_once is not None:
-                ray.get(generators[hold_actor_once[0]].hold_next_generate.remote(hold_actor_once[1]))
-            if fail_trainer_at_step is not None:
-                ray.get([t.inject_failure.remote(fail_trainer_at_step) for t in trainers])
-            if fail_transfer_once is not None:
-                ray.get(trainer.inject_transfer_failure.remote(fail_transfer_once))
+            if faults is not None:
+                faults.apply(generators, trainers)
 
             # A resumed segment samples afresh: the steps after its checkpoint, trained again,
             # do not repeat the dead segment's samples.
