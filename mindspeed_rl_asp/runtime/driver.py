@@ -1,15 +1,22 @@
 """Wire the roles and run async (or hybrid) GRPO on Ray. The loop is the one loop,
 ``control.loop.Loop``; this module builds the pieces from the config and cleans up.
+:func:`run_training` reads top to bottom:
 
-    plan = schedule the task's prompts            (offline, once: schedule/planning.py;
-                                                   a resumed run: its checkpoint's list)
-    core = ControlCore(config, plan)              (pure decisions)
-    actors = Generation Unit actors + Training Unit actor, placed from the layout
-    Loop(core, RayCluster(actors), observers)     (advanced until the last step is
-                                                   published, or interrupted)
+    prepare_task        the task and the model's tokenizer, built once (the CLI builds
+                        them before the run directory exists and passes them in)
+    open_segment        plan the prompts (schedule/planning.py; a resumed run: its
+                        checkpoint's dispatch list), every check, the pure control core
+    ray_session         Ray up (a local cluster started here is shut down on the way out)
+    placed_actors       Generation Unit and Training Unit actors in their placement group,
+                        each built from its typed config (runtime/actor_configs.py)
+    assembled_run       Loop(core, RayCluster(actors), observers), advanced to the end
+                        (or interrupted)
+    segment_summary     the one summary builder: done, interrupted or failed
+    finish_run          per-epoch correctness, summary.json, the final check
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -246,146 +253,258 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     (``runtime/checkpoint.py``). ``cfg.save_every``: checkpoint every that many versions.
     Ctrl-C or SIGTERM: generation stops, a step in training finishes, a checkpoint is
     written (with ``save_every``) and the summary says ``interrupted``."""
-    import ray
-
-    from ..config.validate import resolve_model_path
-    from ..control.core import is_colocated
-    from ..tasks import base_prompt_id
-    from .distributed import connect_trainer_ranks
-    from ..schedule.planning import make_control_core
-    from .ray_cluster import RayCluster, RejectedPayloads
-    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
-    from ..metrics.recorder import RunRecorder, dynamic_sampling_summary
-    from ..schedule.epoch_report import make_epoch_observer
-    from ..schedule.planning import refit_of_run
-    from .transport import make_transport
-    from .checkpoint import CheckpointWriter, merge_histograms
     from .interrupts import interrupt_signals
-    from ..control.loop import Fanout, Loop
 
-    layout = OmegaConf.to_object(cfg.layout)
-    model_path = str(resolve_model_path(cfg.model.path))
-    prepared = prepared or prepare_task(cfg)
-    task, tokenizer = prepared.task, prepared.tokenizer
-    prompts = task.prompts
-    tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in prompts}
     phase = on_phase or (lambda what: None)
-    resume, prior, minibatches = start_segment(cfg, run_dir, prompts, resume_point)
-    phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
-    epochs, weights_path = prior.epochs, model_path if resume is None else str(resume.policy)
-    if resume is not None:
-        check_prompts_known(minibatches, tokens, resume)
-    prompt_tokens = {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids}
-    own_devices = trainer_holds_devices(cfg.engine.name, cfg.mode.name)
-    placement = plan_placement(layout, cfg.mode.name, ranks=cfg.train.ranks, trainer_holds_devices=own_devices)
-    core = make_control_core(cfg, minibatches, len(placement.generators), start_version=prior.version,
-                             taken=prior.consumed, replan=refit_of_run(cfg, prompts, run_dir, prior.consumed))
-
-    from ray.util.placement_group import placement_group, remove_placement_group
-
-    if cfg.engine.name == "mindspeed" and cfg.mode.name == "hybrid":
-        from ..config.validate import ConfigError
-
-        raise ConfigError("mode=hybrid with engine=mindspeed is MindSpeed-RL's own colocated run (launch its "
-                          "cli/train_grpo.py for that baseline); ASP's engine=mindspeed runs mode=async")
-    if resume is not None:   # every check passed: now the resumed segment writes
-        begin_resumed_segment(cfg, run_dir, resume)
-    started_ray = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
-    phase("Ray cluster up")
-    resumed_from = None if resume is None else {"checkpoint": str(resume.path), "version": resume.version}
-    task_summary = {"name": task.name, "prompts": len(prompts), "rewards": task.rewards.names,
-                    "correctness_reward": task.rewards.correctness.name,
-                    "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
-
-    def summary_of_segment(**more) -> dict:
-        """What every summary says (done, failed or interrupted), plus ``more``."""
-        return {"steps": core.trainer_version, "epochs": epochs,
-                "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
-                "faults": list(prior.faults) + (recorder.faults if recorder is not None else []),
-                "resumed_from": resumed_from, "task": task_summary, **more}
-
-    with interrupt_signals() as interrupts:
-        recorder = pg = loop = writer = None
+    prepared = prepared or prepare_task(cfg)
+    segment = open_segment(cfg, run_dir, prepared, resume_point, phase)   # every check passed: it writes now
+    with interrupt_signals() as interrupts, contextlib.ExitStack() as held:
+        run = None
         try:
-            multi_node = launched_by_asp_launch()
-            if multi_node:   # bundle k on the machine started as layout node k
-                placement = plan_placement(layout, cfg.mode.name, pin_nodes=True, ranks=cfg.train.ranks,
-                                           trainer_holds_devices=own_devices)
-            (run_dir / "placement.txt").write_text(
-                placement.describe(worker_groups_of(cfg.engine.name, cfg.mode.name, layout)) + "\n")
-            pg = placement_group(list(placement.bundles), strategy="PACK")
-            ray.get(pg.ready())
-            phase(f"placement ready: {len(placement.bundles)} node bundle(s)")
-            generators, trainers = start_actors(cfg, pg, placement, weights_path, model_path, task, prior.version)
-            ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
-            phase(f"models loaded: {len(generators)} generation actor(s), {len(trainers)} trainer rank(s)")
-            connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
-            if resume is not None:
-                ray.get([t.load_checkpoint.remote(str(resume.path), resume.version) for t in trainers])
-            transport = make_transport(cfg.weights, trainers, generators, run_dir, layout.device_type,
-                                       local=not multi_node)
-            if faults is not None:
-                faults.apply(generators, trainers)
-
-            # A resumed segment samples afresh: the steps after its checkpoint, trained again,
-            # do not repeat the dead segment's samples.
-            seed = cfg.seed if not prior.version else zlib.crc32(f"{cfg.seed}/resume/{prior.version}".encode())
-            start = time.time()   # RayCluster's clock (the wall clock), read before it is built
-            recorder = RunRecorder(run_dir, len(generators), layout.nodes * layout.devices_per_node
-                                   if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
-                                   engine=cfg.engine, segment=prior.version, elapsed_before=prior.wall_time_s)
-            writer = CheckpointWriter(run_dir, cfg.keep_checkpoints, prior, start,
-                                      lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
-                                      faults=recorder)
-            cluster = RayCluster(generators, trainers, prompt_tokens, seed, transport, waiting=interrupts.waiting,
-                                 start_version=prior.version, checkpoint=writer.write)
-            # Per-epoch rank quality and bubbles; the re-plans the core made (scheduler.refit).
-            replanner = make_epoch_observer(cfg, prompts, run_dir, start=start)
-            loop = Loop(core, cluster, Fanout(recorder, replanner, RejectedPayloads(cluster),
-                                              FirstGeneration(phase)))
+            held.enter_context(ray_session(cfg, phase))
+            actors = held.enter_context(placed_actors(cfg, segment, prepared.task, phase, faults))
+            run = held.enter_context(assembled_run(cfg, segment, actors, interrupts, on_step, phase))
             with interrupts.held():   # a first signal lands only where the loop waits (runtime/interrupts.py)
-                while loop.advance():
+                while run.loop.advance():
                     pass
-            outcome = loop.outcome
-            finish = outcome.finish
-            wall_time = cluster.now() - start + prior.wall_time_s
-            summary = summary_of_segment(
-                wall_time_s=wall_time, at_finish=outcome.summary(),
-                policy_age_histogram=merge_histograms(prior.age_histogram, core.snapshot().age_histogram),
-                generation_failures=prior.generation_failures + recorder.failures,
-                checkpoint=writer.last_path and str(writer.last_path),
-                unused_prompts={"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
-                                "running": len(finish.running), "rejected": len(finish.rejected)},
-                dynamic_sampling=dynamic_sampling_summary(core.snapshot(), cfg.algo.filter_groups))
-            final_path = run_dir / "final_policy"
-            if cfg.eval.save_final_policy or cfg.eval.num_prompts:
-                ray.get([t.save.remote(str(final_path)) for t in trainers])   # ranks gather, rank 0 writes
+            summary = segment_summary(segment, run, "done")
+            save_final_policy(cfg, run_dir, actors.trainers)
         except KeyboardInterrupt:   # Ctrl-C or SIGTERM (runtime/interrupts.py)
-            settled = settle_interrupt(loop, interrupts)
-            latest = last_checkpoint(writer, resume)
-            summary = summary_of_segment(
-                interrupted=True, signal=interrupts.received[0] if interrupts.received else "SIGINT",
-                stage="training" if loop is not None else "starting actors", checkpoint=latest and str(latest),
-                resume_command=f"asp-train resume={run_dir}" if latest else None,
-                **({} if settled else {"stopped_at_once": True}))
-            write_summary(run_dir, summary)
-            return summary
+            settled = settle_interrupt(run, interrupts)
+            summary = segment_summary(segment, run, "interrupted", interrupts=interrupts, settled=settled)
         except Exception as error:   # the run cannot go on: summary.json says why, then one line for the user
             error = os_error_of(error)
-            latest = last_checkpoint(writer, resume)
-            write_failed_summary(run_dir, summary_of_segment(
-                **failure_fields(error), checkpoint=latest and str(latest),
-                resume_command=f"asp-train resume={run_dir}" if latest else None))
-            raise with_resume_hint(error, run_dir, latest) from None
-        finally:
-            if recorder is not None:
-                recorder.close()
-            if pg is not None:
-                remove_placement_group(pg)  # the actors in it go with it
-            if started_ray:
-                ray.shutdown()
+            write_failed_summary(run_dir, segment_summary(segment, run, "failed", error=error))
+            raise with_resume_hint(error, run_dir, last_checkpoint(run, segment.resume)) from None
+    if summary.get("interrupted"):
+        write_summary(run_dir, summary)
+        return summary
+    return finish_run(cfg, run_dir, summary, prepared.task, segment.model_path, on_eval)
+
+
+@dataclass
+class Segment:
+    """One segment of a run (a new run, or one resumed from a checkpoint): where it starts,
+    the control core it drives, and what the segments before it did (``prior``: zeros for a
+    new run)."""
+
+    run_dir: Path
+    resume: Any                  # runtime/checkpoint.ResumePoint, or None
+    prior: Any                   # runtime/checkpoint.ControlState
+    core: Any
+    prompts: list                # the task's
+    prompt_tokens: dict          # prompt id (epoch-qualified) -> its token ids, for every id of the segment
+    model_path: str              # the run's starting checkpoint (and the KL reference)
+    task_summary: dict
+
+    @property
+    def weights_path(self) -> str:
+        """Where this segment's policy starts: the model, or the checkpoint's policy."""
+        return self.model_path if self.resume is None else str(self.resume.policy)
+
+
+def open_segment(cfg, run_dir: Path, prepared: PreparedTask, resume_point, phase) -> Segment:
+    """Plan (a new run) or take up the checkpoint's dispatch list (a resumed run), check
+    everything that can be checked, build the control core; only then does a resumed
+    segment write (:func:`begin_resumed_segment`)."""
+    from ..config.validate import resolve_model_path
+    from ..tasks import base_prompt_id
+    from ..config.placement import plan_placement, trainer_holds_devices
+    from ..schedule.planning import make_control_core, refit_of_run
+
+    check_engine_mode(cfg)
+    task, tokenizer = prepared.task, prepared.tokenizer
+    resume, prior, minibatches = start_segment(cfg, run_dir, task.prompts, resume_point)
+    phase(f"plan ready: {len(minibatches)} minibatches" + ("" if resume is None else f" left (resuming {resume.path.name})"))
+    tokens = {p.id: tokenizer(p.prompt, add_special_tokens=False)["input_ids"] for p in task.prompts}
+    if resume is not None:
+        check_prompts_known(minibatches, tokens, resume)
+    placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
+                               trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
+    core = make_control_core(cfg, minibatches, len(placement.generators), start_version=prior.version,
+                             taken=prior.consumed, replan=refit_of_run(cfg, task.prompts, run_dir, prior.consumed))
+    if resume is not None:
+        begin_resumed_segment(cfg, run_dir, resume)
+    task_summary = {"name": task.name, "prompts": len(task.prompts), "rewards": task.rewards.names,
+                    "correctness_reward": task.rewards.correctness.name,
+                    "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
+    return Segment(run_dir, resume, prior, core, task.prompts,
+                   {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids},
+                   str(resolve_model_path(cfg.model.path)), task_summary)
+
+
+def check_engine_mode(cfg) -> None:
+    """The one combination ASP leaves to its host: MindSpeed-RL's colocated run."""
+    from ..config.validate import ConfigError
+
+    if cfg.engine.name == "mindspeed" and cfg.mode.name == "hybrid":
+        raise ConfigError("mode=hybrid with engine=mindspeed is MindSpeed-RL's own colocated run (launch its "
+                          "cli/train_grpo.py for that baseline); ASP's engine=mindspeed runs mode=async")
+
+
+@contextlib.contextmanager
+def ray_session(cfg, phase):
+    """Ray for the run: the one running (or that ``RAY_ADDRESS`` names), else a local one
+    started here and shut down on the way out."""
+    import ray
+
+    layout = OmegaConf.to_object(cfg.layout)
+    started = ensure_ray(layout, extra_resources=mindspeed_logical_npus(cfg, layout))
+    phase("Ray cluster up")
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@dataclass
+class Actors:
+    generators: list
+    trainers: list
+    transport: Any
+    multi_node: bool
+
+
+@contextlib.contextmanager
+def placed_actors(cfg, segment: Segment, task, phase, faults: FaultPlan | None):
+    """The run's placement group and every actor in it, ready (models loaded, trainer
+    ranks joined, a resumed run's trainer state loaded, the weight transport open, a
+    test's faults armed); the placement group, and the actors with it, removed on the way out."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from .distributed import connect_trainer_ranks
+    from ..config.placement import plan_placement, trainer_holds_devices, worker_groups_of
+    from .transport import make_transport
+
+    layout, multi_node = OmegaConf.to_object(cfg.layout), launched_by_asp_launch()
+    placement = plan_placement(layout, cfg.mode.name, pin_nodes=multi_node, ranks=cfg.train.ranks,   # bundle k on
+                               trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))   # node k
+    (segment.run_dir / "placement.txt").write_text(
+        placement.describe(worker_groups_of(cfg.engine.name, cfg.mode.name, layout)) + "\n")
+    pg = placement_group(list(placement.bundles), strategy="PACK")
+    try:
+        ray.get(pg.ready())
+        phase(f"placement ready: {len(placement.bundles)} node bundle(s)")
+        generators, trainers = start_actors(cfg, pg, placement, segment.weights_path, segment.model_path, task,
+                                            segment.prior.version)
+        ray.get([g.ready.remote() for g in generators] + [t.ready.remote() for t in trainers])
+        phase(f"models loaded: {len(generators)} generation actor(s), {len(trainers)} trainer rank(s)")
+        connect_trainer_ranks(trainers, layout.device_type, local=not multi_node)
+        if segment.resume is not None:
+            ray.get([t.load_checkpoint.remote(str(segment.resume.path), segment.resume.version) for t in trainers])
+        transport = make_transport(cfg.weights, trainers, generators, segment.run_dir, layout.device_type,
+                                   local=not multi_node)
+        if faults is not None:
+            faults.apply(generators, trainers)
+        yield Actors(generators, trainers, transport, multi_node)
+    finally:
+        remove_placement_group(pg)
+
+
+@dataclass
+class Run:
+    """The loop of a segment and the observers whose state the summary reads."""
+
+    loop: Any
+    cluster: Any
+    recorder: Any
+    writer: Any                  # runtime/checkpoint.CheckpointWriter: the checkpoints the core asked for
+    start: float
+
+
+@contextlib.contextmanager
+def assembled_run(cfg, segment: Segment, actors: Actors, interrupts, on_step, phase):
+    """The loop over the segment's core on a ``RayCluster`` of ``actors`` (which writes the
+    checkpoints the core asks for), with its observers: the recorder (closed on the way
+    out), the epoch report, the rejected payloads' release, the first-generation phase."""
+    import ray
+
+    from ..control.core import is_colocated
+    from ..control.loop import Fanout, Loop
+    from ..metrics.recorder import RunRecorder
+    from ..schedule.epoch_report import make_epoch_observer
+    from .checkpoint import CheckpointWriter
+    from .ray_cluster import RayCluster, RejectedPayloads
+
+    layout, prior, trainers = OmegaConf.to_object(cfg.layout), segment.prior, actors.trainers
+    # A resumed segment samples afresh: the steps after its checkpoint, trained again,
+    # do not repeat the dead segment's samples.
+    seed = cfg.seed if not prior.version else zlib.crc32(f"{cfg.seed}/resume/{prior.version}".encode())
+    start = time.time()   # RayCluster's clock (the wall clock), read before it is built
+    recorder = RunRecorder(segment.run_dir, len(actors.generators), layout.nodes * layout.devices_per_node
+                           if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
+                           engine=cfg.engine, segment=prior.version, elapsed_before=prior.wall_time_s)
+    try:
+        writer = CheckpointWriter(segment.run_dir, cfg.keep_checkpoints, prior, start,
+                                  lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
+                                  faults=recorder)
+        cluster = RayCluster(actors.generators, trainers, segment.prompt_tokens, seed, actors.transport,
+                             waiting=interrupts.waiting, start_version=prior.version, checkpoint=writer.write)
+        # Per-epoch rank quality and bubbles; the re-plans the core made (scheduler.refit).
+        replanner = make_epoch_observer(cfg, segment.prompts, segment.run_dir, start=start)
+        loop = Loop(segment.core, cluster, Fanout(recorder, replanner, RejectedPayloads(cluster),
+                                                  FirstGeneration(phase)))
+        yield Run(loop, cluster, recorder, writer, start)
+    finally:
+        recorder.close()
+
+
+def segment_summary(segment: Segment, run: Run | None, ending: str, error: BaseException | None = None,
+                    interrupts=None, settled: bool = True) -> dict:
+    """The one summary of a segment, for each way it ends (``ending``): ``done`` (the loop's
+    outcome: finish, ages, failures, unused prompts, dynamic sampling), ``interrupted``
+    (the signal, where it landed, the command that resumes) or ``failed`` (``error``, and
+    the command that resumes). ``run``: None when the segment ended before its loop existed."""
+    from .checkpoint import merge_histograms
+    from ..metrics.recorder import dynamic_sampling_summary
+
+    core, prior = segment.core, segment.prior
+    latest = last_checkpoint(run, segment.resume)
+    summary = {"steps": core.trainer_version, "epochs": prior.epochs,
+               "consumed_prompt_ids": prior.consumed + core.consumed_ids(),
+               "faults": list(prior.faults) + (run.recorder.faults if run is not None else []),
+               "resumed_from": None if segment.resume is None else {"checkpoint": str(segment.resume.path),
+                                                                    "version": segment.resume.version},
+               "task": segment.task_summary, "checkpoint": latest and str(latest)}
+    if ending != "done":
+        summary["resume_command"] = f"asp-train resume={segment.run_dir}" if latest else None
+    if ending == "interrupted":
+        summary.update(interrupted=True, signal=interrupts.received[0] if interrupts.received else "SIGINT",
+                       stage="training" if run is not None else "starting actors",
+                       **({} if settled else {"stopped_at_once": True}))
+    if ending == "failed":
+        summary.update(failure_fields(error))
+    if ending == "done":
+        outcome, snapshot = run.loop.outcome, core.snapshot()
+        finish = outcome.finish
+        summary.update(
+            checkpoint=run.writer.last_path and str(run.writer.last_path),
+            wall_time_s=run.cluster.now() - run.start + prior.wall_time_s, at_finish=outcome.summary(),
+            policy_age_histogram=merge_histograms(prior.age_histogram, snapshot.age_histogram),
+            generation_failures=prior.generation_failures + run.recorder.failures,
+            unused_prompts={"not_dispatched": len(finish.not_dispatched), "queued": len(finish.queued),
+                            "running": len(finish.running), "rejected": len(finish.rejected)},
+            dynamic_sampling=dynamic_sampling_summary(snapshot, core.config.filter_groups))
+    return summary
+
+
+def save_final_policy(cfg, run_dir: Path, trainers) -> None:
+    """``final_policy/`` (ranks gather, rank 0 writes), when kept or needed by the final check."""
+    import ray
+
+    if cfg.eval.save_final_policy or cfg.eval.num_prompts:
+        ray.get([t.save.remote(str(run_dir / "final_policy")) for t in trainers])
+
+
+def finish_run(cfg, run_dir: Path, summary: dict, task, model_path: str, on_eval) -> dict:
+    """After the training: the per-epoch on-policy correctness, summary.json, then the
+    initial-vs-final check (``eval.num_prompts``; an interrupt cuts only the check, an
+    error in it is written down and raised)."""
     from ..metrics.report import epoch_means, is_complete
     from ..metrics.writer import read_metrics
+    from ..tasks import base_prompt_id
 
     by_epoch = epoch_means(read_metrics(run_dir))
     summary["on_policy_correctness_by_epoch"] = [
@@ -393,10 +512,11 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
         for (e, m, n), c in zip(by_epoch, is_complete(by_epoch))]
     write_summary(run_dir, summary)   # training is done
     if cfg.eval.num_prompts:
-        by_id = {p.id: p for p in prompts}
+        by_id = task.by_id()
         trained = [by_id[i] for i in dict.fromkeys(base_prompt_id(i) for i in summary["consumed_prompt_ids"])]
         try:
-            summary.update(evaluate_initial_and_final(cfg, model_path, str(final_path), trained, on_eval, task))
+            summary.update(evaluate_initial_and_final(cfg, model_path, str(run_dir / "final_policy"), trained,
+                                                      on_eval, task))
         except KeyboardInterrupt:   # the training and its final policy are kept; only the check is cut
             summary.update(interrupted=True, stage="final evaluation")
         except Exception as error:   # the training is kept; summary.json says the check failed and why
@@ -407,26 +527,26 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     return summary
 
 
-def settle_interrupt(loop, interrupts) -> bool:
+def settle_interrupt(run: Run | None, interrupts) -> bool:
     """After the first signal: stop generating, let a step in training finish and be
     published (recorded like any other), then checkpoint (with ``save_every``: the core's
     ``settle`` asks for it). Returns False when a second signal cut that short: the run
     stops at once, the last checkpoint stays."""
-    if loop is None or loop.outcome is not None:
+    if run is None or run.loop.outcome is not None:
         return not interrupts.repeated
     try:
-        loop.interrupt(finish_training=True)
+        run.loop.interrupt(finish_training=True)
     except KeyboardInterrupt:
         return False
     return True
 
 
-def last_checkpoint(writer, resume):
+def last_checkpoint(run: Run | None, resume):
     """The checkpoint a resume would start from, without reading it again: the one this
     segment wrote last, else the one it resumed from (verified then); None for a new run
     that wrote none."""
-    if writer is not None and writer.last_path is not None:
-        return writer.last_path
+    if run is not None and run.writer.last_path is not None:
+        return run.writer.last_path
     return resume.path if resume is not None else None
 
 
