@@ -258,10 +258,10 @@ def run_training(cfg, run_dir: Path, on_step: Callable[[dict], None] | None = No
     phase = on_phase or (lambda what: None)
     prepared = prepared or prepare_task(cfg)
     segment = open_segment(cfg, run_dir, prepared, resume_point, phase)   # every check passed: it writes now
-    with interrupt_signals() as interrupts, contextlib.ExitStack() as held:
+    # Signals are taken over once Ray is up: ray.init installs its own SIGTERM handler.
+    with ray_session(cfg, phase), interrupt_signals() as interrupts, contextlib.ExitStack() as held:
         run = None
         try:
-            held.enter_context(ray_session(cfg, phase))
             actors = held.enter_context(placed_actors(cfg, segment, prepared.task, phase, faults))
             run = held.enter_context(assembled_run(cfg, segment, actors, interrupts, on_step, phase))
             with interrupts.held():   # a first signal lands only where the loop waits (runtime/interrupts.py)
