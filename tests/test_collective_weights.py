@@ -180,4 +180,13 @@ def test_dry_run_shows_every_rank_and_the_transport(capsys):
                  "weights.transport=collective", "weights.bucket_mb=16"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "trainer rank 0: node 0 (1 CPU)" in out and "trainer rank 1: node 1 (1 CPU)" in out
-    assert "collective (gloo pair group per actor, 16 MB buckets, prefetched at publish)" in out
+    assert "collective (gloo pair group per actor, 16 MB buckets, prefetched as the core decides, once published)" in out
+
+
+def test_dry_run_says_hybrid_sends_at_load_even_with_prefetch(capsys):
+    """Colocated, every actor is idle at a publish: the core issues no Prefetch there."""
+    from mindspeed_rl_asp.cli.train import main
+
+    assert main(["--dry-run", "mode=hybrid", "weights.transport=collective", "weights.prefetch=true"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "MB buckets, sent at load)" in out

@@ -195,8 +195,12 @@ def describe_weights(cfg) -> str:
     if w.transport == "collective":
         from ..weights.collective import backend_for
 
+        from ..control.core import prefetches
+
+        # The core issues Prefetch only where it can overlap generation (not in hybrid).
+        arrival = "prefetched as the core decides, once published" if prefetches(cfg) else "sent at load"
         how = (f"collective ({backend_for(cfg.layout.device_type)} pair group per actor, {w.bucket_mb:g} MB buckets, "
-               f"{'prefetched at publish' if w.prefetch else 'sent at load'})")
+               f"{arrival})")
     elif w.transport == "files":
         how = f"files (safetensors in {w.dir or '<run_dir>/weights'})"
     else:
