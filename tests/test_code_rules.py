@@ -72,6 +72,41 @@ def test_sim_and_runtime_are_peers(shell, peer):
     assert not bad, f"{shell}/ may not import {peer}/ (move what both need below them): " + ", ".join(bad)
 
 
+def called_names(source: str) -> set[str]:
+    """The names a module's ``source`` calls: ``f(...)`` and ``x.f(...)`` both as ``f``."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                out.add(func.id)
+            elif isinstance(func, ast.Attribute):
+                out.add(func.attr)
+    return out
+
+
+def test_called_names_sees_plain_attribute_and_nested_calls():
+    source = "def f():\n    a = g(h.k(1))\n    return m.n.p()\nx = RunRecorder\n"
+    assert called_names(source) == {"g", "k", "p"}
+
+
+# What a run is assembled from; only schedule/assembly.py builds them for a run.
+ASSEMBLED = {"make_control_core", "RunRecorder", "EpochReplanner", "epoch_replan"}
+
+
+@pytest.mark.parametrize("shell, driver", [("sim", "run.py"), ("runtime", "driver.py")])
+def test_sim_and_runtime_assemble_a_run_through_the_one_assembly(shell, driver):
+    """The Ray driver and the simulator build the core (its re-plan and checkpoint rules)
+    and the shared observers (recorder, epoch report) through the same two functions of
+    ``schedule/assembly.py``, so neither can drift into its own construction."""
+    bad = sorted(f"{path.name}: {name}" for path in sorted((PACKAGE_DIR / shell).rglob("*.py"))
+                 for name in called_names(path.read_text(encoding="utf-8")) & ASSEMBLED)
+    assert not bad, f"{shell}/ builds what schedule/assembly.py assembles; call assemble_core / " \
+                    "assemble_observers instead: " + ", ".join(bad)
+    calls = called_names((PACKAGE_DIR / shell / driver).read_text(encoding="utf-8"))
+    assert {"assemble_core", "assemble_observers"} <= calls
+
+
 def assert_lines(source: str) -> list[int]:
     """Line numbers of every ``assert`` statement in ``source``, at any depth."""
     return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assert)]

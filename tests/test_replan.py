@@ -443,12 +443,14 @@ def test_asp_train_refits_and_replans_later_epochs(ray_cluster, tmp_path):
 def test_a_run_directory_without_predicted_lengths_only_reports(tmp_path):
     """A run resumed from a directory written before predicted_lengths.jsonl existed."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.schedule.epoch_report import make_epoch_observer
-    from mindspeed_rl_asp.schedule.planning import refit_of_run
+    from mindspeed_rl_asp.schedule.assembly import assemble_observers, replan_rule, run_plan_lengths
 
     cfg = load_config(["scheduler.predictor=ridge", "scheduler.refit=history"])
-    replanner = make_epoch_observer(cfg, [], tmp_path)
-    assert replanner.refit == "none" and replanner.prior == {} and refit_of_run(cfg, [], tmp_path) is None
+    plan = run_plan_lengths(cfg, [], tmp_path)
+    observers = assemble_observers(cfg, tmp_path, 1, plan, 0.0, tensorboard=False)
+    observers.close()
+    replanner = observers.epochs
+    assert replanner.refit == "none" and replanner.prior == {} and replan_rule(cfg, plan) is None
     replanner.record_lengths(Generate(0, "e0g0m0", ("p0", "p1"), 0), [3, 5, 7, 9] * (cfg.rl.n_samples_per_prompt // 2))
     report = json.loads(replanner.write_report().read_text())
     assert "no predicted_lengths.jsonl" in report["note"]

@@ -3,7 +3,7 @@
 A property test drives whole runs with the real planning function (``schedule/refit``
 over the real planner) under random event orders with failures, through the Shell of
 test_control_properties.py (every invariant after every event); then the simulator,
-which gets the rule through the same ``make_control_core`` as the Ray driver."""
+which gets the rule through the same ``schedule/assembly.assemble_core`` as the Ray driver."""
 from __future__ import annotations
 
 import json
@@ -244,10 +244,13 @@ def test_asp_simulate_honours_scheduler_refit(tmp_path):
 
 
 def test_a_resumed_run_does_not_replan_epochs_it_replanned_or_started(tmp_path):
-    """``refit_of_run``: the prior from the run's predicted_lengths.jsonl; epochs with a
+    """``schedule/assembly``: the prior from the run's predicted_lengths.jsonl; epochs with a
     ``plan_e<e>.json`` and epochs of ids trained before are done; refit=none: no rule."""
     from mindspeed_rl_asp.config.load import load_config
-    from mindspeed_rl_asp.schedule.planning import refit_of_run
+    from mindspeed_rl_asp.schedule.assembly import replan_rule, replanned_epochs, run_plan_lengths
+
+    def refit_of_run(cfg, prompts, run_dir, taken=()):
+        return replan_rule(cfg, run_plan_lengths(cfg, prompts, run_dir), taken, replanned_epochs(run_dir))
 
     (tmp_path / "predicted_lengths.jsonl").write_text(
         "".join(json.dumps({"id": f"p{i}", "predicted_length": 10.0 + i}) + "\n" for i in range(4)))

@@ -292,7 +292,7 @@ class Segment:
     resume: Any                  # runtime/checkpoint.ResumePoint, or None
     prior: Any                   # runtime/checkpoint.ControlState
     core: Any
-    prompts: list                # the task's
+    plan_lengths: Any            # schedule/assembly.PlanLengths: what the first plan was made from
     prompt_tokens: dict          # prompt id (epoch-qualified) -> its token ids, for every id of the segment
     model_path: str              # the run's starting checkpoint (and the KL reference)
     task_summary: dict
@@ -310,7 +310,7 @@ def open_segment(cfg, run_dir: Path, prepared: PreparedTask, resume_point, phase
     from ..config.validate import resolve_model_path
     from ..tasks import base_prompt_id
     from ..config.placement import plan_placement, trainer_holds_devices
-    from ..schedule.planning import make_control_core, refit_of_run
+    from ..schedule.assembly import assemble_core, replanned_epochs, run_plan_lengths
 
     check_engine_mode(cfg)
     task, tokenizer = prepared.task, prepared.tokenizer
@@ -321,14 +321,15 @@ def open_segment(cfg, run_dir: Path, prepared: PreparedTask, resume_point, phase
         check_prompts_known(minibatches, tokens, resume)
     placement = plan_placement(OmegaConf.to_object(cfg.layout), cfg.mode.name, ranks=cfg.train.ranks,
                                trainer_holds_devices=trainer_holds_devices(cfg.engine.name, cfg.mode.name))
-    core = make_control_core(cfg, minibatches, len(placement.generators), start_version=prior.version,
-                             taken=prior.consumed, replan=refit_of_run(cfg, task.prompts, run_dir, prior.consumed))
+    plan_lengths = run_plan_lengths(cfg, task.prompts, run_dir)
+    core = assemble_core(cfg, minibatches, plan_lengths, len(placement.generators), start_version=prior.version,
+                         taken=prior.consumed, replanned=replanned_epochs(run_dir))
     if resume is not None:
         begin_resumed_segment(cfg, run_dir, resume)
     task_summary = {"name": task.name, "prompts": len(task.prompts), "rewards": task.rewards.names,
                     "correctness_reward": task.rewards.correctness.name,
                     "integrity_reward": task.rewards.integrity.name, "skipped_overlong_prompts": len(task.skipped)}
-    return Segment(run_dir, resume, prior, core, task.prompts,
+    return Segment(run_dir, resume, prior, core, plan_lengths,
                    {pid: tokens[base_prompt_id(pid)] for _, ids in minibatches for pid in ids},
                    str(resolve_model_path(cfg.model.path)), task_summary)
 
@@ -421,34 +422,30 @@ def assembled_run(cfg, segment: Segment, actors: Actors, interrupts, on_step, ph
     out), the epoch report, the rejected payloads' release, the first-generation phase."""
     import ray
 
-    from ..control.core import is_colocated
-    from ..control.loop import Fanout, Loop
-    from ..metrics.recorder import RunRecorder
-    from ..schedule.epoch_report import make_epoch_observer
+    from ..control.loop import Loop
+    from ..schedule.assembly import assemble_observers
     from .checkpoint import CheckpointWriter
     from .ray_cluster import RayCluster, RejectedPayloads
 
-    layout, prior, trainers = OmegaConf.to_object(cfg.layout), segment.prior, actors.trainers
+    prior, trainers = segment.prior, actors.trainers
     # A resumed segment samples afresh: the steps after its checkpoint, trained again,
     # do not repeat the dead segment's samples.
     seed = cfg.seed if not prior.version else zlib.crc32(f"{cfg.seed}/resume/{prior.version}".encode())
     start = time.time()   # RayCluster's clock (the wall clock), read before it is built
-    recorder = RunRecorder(segment.run_dir, len(actors.generators), layout.nodes * layout.devices_per_node
-                           if is_colocated(cfg.mode) else layout.gen_devices, on_step, start=start,
-                           engine=cfg.engine, segment=prior.version, elapsed_before=prior.wall_time_s)
+    # The recorder and the epoch report (re-plans, per-epoch rank quality and bubbles), as the simulator's.
+    observers = assemble_observers(cfg, segment.run_dir, len(actors.generators), segment.plan_lengths, start,
+                                   on_step, segment=prior.version, elapsed_before=prior.wall_time_s)
+    recorder = observers.recorder
     try:
         writer = CheckpointWriter(segment.run_dir, cfg.keep_checkpoints, prior, start,
                                   lambda path: ray.get([t.save_checkpoint.remote(str(path)) for t in trainers]),
                                   faults=recorder)
         cluster = RayCluster(actors.generators, trainers, segment.prompt_tokens, seed, actors.transport,
                              waiting=interrupts.waiting, start_version=prior.version, checkpoint=writer.write)
-        # Per-epoch rank quality and bubbles; the re-plans the core made (scheduler.refit).
-        replanner = make_epoch_observer(cfg, segment.prompts, segment.run_dir, start=start)
-        loop = Loop(segment.core, cluster, Fanout(recorder, replanner, RejectedPayloads(cluster),
-                                                  FirstGeneration(phase)))
+        loop = Loop(segment.core, cluster, observers.fanout(RejectedPayloads(cluster), FirstGeneration(phase)))
         yield Run(loop, cluster, recorder, writer, start)
     finally:
-        recorder.close()
+        observers.close()
 
 
 def segment_summary(segment: Segment, run: Run | None, ending: str, error: BaseException | None = None,

@@ -3,10 +3,10 @@
 The plan is made once, before training, from predicted lengths (schedule/planning.py),
 and replayed every epoch. With ``scheduler.refit=history`` the control core re-plans each
 later epoch from the lengths it observed (the rule: ``control/replan.py``; the planning
-function and its statistics: ``schedule/refit.py``; ``schedule/planning.refit_of_run`` builds the rule
-for a run, and ``schedule/planning.make_control_core`` gives it to the core, for the Ray
-driver and the simulator alike). This observer decides nothing: it reads what the core
-recorded (``ControlCore.replans``) and what the events report, and writes:
+function and its statistics: ``schedule/refit.py``; ``schedule/assembly.assemble_core``
+builds the core with the rule, and ``schedule/assembly.assemble_observers`` this
+observer, for the Ray driver and the simulator alike). This observer decides nothing: it
+reads what the core recorded (``ControlCore.replans``) and what the events report, and writes:
 
 * ``replan.jsonl``: one line per re-plan: epoch, when (seconds since the start, trainer
   step, minibatches dispatched), prompts and minibatches, prompts observed, Spearman rho
@@ -33,7 +33,7 @@ from ..metrics.timeline import padding_bubble, running_capacity, slot_bubble
 from ..tasks import base_prompt_id, prompt_epoch
 from .refit import blend_lengths, order_bubble, rank_stats
 
-__all__ = ["EpochReplanner", "make_epoch_observer", "blend_lengths", "lengths_per_prompt",
+__all__ = ["EpochReplanner", "blend_lengths", "lengths_per_prompt",
            "rank_stats", "minibatch_epoch", "order_bubble", "REPLAN_FILE", "REPORT_FILE"]
 
 REPLAN_FILE = "replan.jsonl"
@@ -154,21 +154,3 @@ class EpochReplanner(Observer):
         tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, path)
         return path
-
-
-def make_epoch_observer(cfg, prompts, run_dir: Path, start: float = 0.0) -> EpochReplanner:
-    """The re-plan and predictor report of a run: the first plan's lengths
-    (``schedule/planning.first_plan_lengths``), ``scheduler.refit`` / ``refit_weight``, the engine's
-    batching for the bubbles."""
-    from .planning import first_plan_lengths
-
-    sched = cfg.scheduler
-    prior, why_not = first_plan_lengths(cfg, prompts, run_dir)
-    describe = {"scheduler": sched.name, "predictor": sched.predictor, **({"note": why_not} if why_not else {})}
-    engine = cfg.engine
-    return EpochReplanner(
-        run_dir, prior, cfg.rl.n_samples_per_prompt,
-        refit="none" if why_not else str(getattr(sched, "refit", "none")),
-        weight=float(getattr(sched, "refit_weight", 4.0)), start=start,
-        batching=str(engine.get("batching", "static") or "static"), max_num_seqs=engine.get("max_num_seqs"),
-        describe=describe)

@@ -1,12 +1,12 @@
 """From a run's config to what the control core runs: the offline plan, the passes
-over the prompts, the minibatches in dispatch order, the core itself and its re-plan rule
-(:func:`refit_of_run`, ``scheduler.refit``). Shared by the Ray driver, ``asp-train
---dry-run`` and the simulator (which plans a synthetic workload through
-:func:`plan_minibatches` exactly as a real run plans its prompts)."""
+over the prompts, the minibatches in dispatch order, and the core itself
+(:func:`make_control_core`; a run's core, with its re-plan rule, comes from
+``schedule/assembly.assemble_core``). Shared by the Ray driver, ``asp-train --dry-run``
+and the simulator (which plans a synthetic workload through :func:`plan_minibatches`
+exactly as a real run plans its prompts)."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 
 def steps_must_align(mode) -> bool:
@@ -71,9 +71,8 @@ def make_control_core(cfg, minibatches, num_actors: int, start_version: int = 0,
     issues the checkpoints; with ``algo.filter_groups`` the core refills from
     :func:`refill_passes`, past the epochs of ``taken``: a resumed run's prompt ids already
     trained; ``replan``: the re-plan rule of ``scheduler.refit``, ``control.replan.EpochReplan``,
-    from :func:`refit_of_run` or ``schedule/refit.epoch_replan``); a plan the
-    control rules cannot run (for example hybrid
-    mode with minibatches that straddle step boundaries) is a config error."""
+    from ``schedule/assembly.replan_rule``); a plan the control rules cannot run (for
+    example hybrid mode with minibatches that straddle step boundaries) is a config error."""
     from ..config.validate import ConfigError
     from ..control.core import ControlConfig, ControlCore
 
@@ -112,38 +111,3 @@ def refill_passes(minibatches, taken=()):
                  tuple(epoch_prompt_id(base_prompt_id(p), prompt_epoch(p) + shift) for p in ids))
                 for mb_id, ids in mbs]
     return refill
-
-
-def first_plan_lengths(cfg, prompts, run_dir: Path) -> tuple[dict[str, float], Optional[str]]:
-    """Base id -> the length the first plan used (the task's reference lengths, or
-    ``run_dir/predicted_lengths.jsonl`` that the predictor in the loop wrote), and None;
-    or ``({}, why)`` for a run directory from before that file existed (resumed)."""
-    from .configured import task_items
-    from .length_profile import PREDICTED_LENGTHS
-    from .plan import read_items_jsonl
-
-    lengths_file = Path(run_dir) / PREDICTED_LENGTHS
-    if cfg.scheduler.predictor == "reference":
-        return dict(task_items(cfg, prompts)), None
-    if lengths_file.is_file():
-        return dict(read_items_jsonl(lengths_file)), None
-    return {}, f"no {PREDICTED_LENGTHS} in the run directory: no refit, no rank correlation"
-
-
-def refit_of_run(cfg, prompts, run_dir: Path, taken: Sequence[str] = ()):
-    """The core's re-plan rule for a run (``schedule.refit.epoch_replan`` over the run's
-    planner), or None with ``scheduler.refit=none`` or without the first plan's lengths.
-    A resumed run does not re-plan the epochs its earlier segments re-planned
-    (``plan_e<e>.json``) or started (an epoch of ``taken``, the ids trained before): the
-    checkpoint's dispatch list holds their plan, and their ids are spoken for."""
-    from ..tasks import prompt_epoch
-    from .configured import build_plan
-    from .refit import epoch_replan
-
-    sched = cfg.scheduler
-    prior, why_not = first_plan_lengths(cfg, prompts, run_dir)
-    if str(getattr(sched, "refit", "none")) == "none" or why_not is not None:
-        return None
-    done = {int(p.stem[len("plan_e"):]) for p in Path(run_dir).glob("plan_e*.json")
-            if p.stem[len("plan_e"):].isdigit()} | {prompt_epoch(p) for p in taken}
-    return epoch_replan(lambda items: build_plan(cfg, items), prior, float(getattr(sched, "refit_weight", 4.0)), done)

@@ -1,16 +1,17 @@
-"""One simulated run from a config: the same plan, core and loop as ``asp-train``.
+"""One simulated run from a config: the same plan, core, observers and loop as ``asp-train``.
 
     workload  = the length model (or a recorded lengths file)       sim.*
     predicted = lengths of the configured rank quality               sim.predictor_spearman
     plan      = schedule/planning.plan_minibatches (the real planner) scheduler.*, mode.*
-    core      = schedule/planning.make_control_core (the real core)  rl.*, mode.*
-                with the re-plan rule of scheduler.refit (schedule/refit.epoch_replan)
+    core      = schedule/assembly.assemble_core (the real core, as    rl.*, mode.*, save_every
+                asp-train builds it: its re-plan rule of scheduler.refit, its checkpoints)
     drive(core, SimCluster(costs from the profiles), observers)     hardware.*, model.*, engine.*, layout.*
 
-With ``run_dir`` the run writes ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl``
-through the real ``RunRecorder`` (``asp-report`` draws them), the re-plans and the
-per-epoch predictor report through the real ``EpochReplanner`` (``replan.jsonl``,
-``plan_e<e>.json``, ``predictor_by_epoch.json``), plus ``sim_result.json``.
+With ``run_dir`` the observers are asp-train's (``schedule/assembly.assemble_observers``):
+the real ``RunRecorder`` writes ``timeline.jsonl``, ``queue.jsonl`` and ``metrics.jsonl``
+(``asp-report`` draws them), the real ``EpochReplanner`` the re-plans and the per-epoch
+predictor report (``replan.jsonl``, ``plan_e<e>.json``, ``predictor_by_epoch.json``);
+beside them ``SimStats`` gathers ``sim_result.json``.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ..control.core import Checkpoint, Generate, LoadWeights, Publish, TrainStep, is_colocated, prefetches
-from ..control.loop import Done, Fanout, Observer, drive
+from ..control.loop import Done, Observer, drive
 from ..control.policy_age import age_histogram, age_metrics, merge_age_histograms
 from .batching import Instance, full_batch_token_rate, lone_sequence_time
 from .cluster import SimCluster, SimSetup
@@ -305,7 +306,8 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     """Simulate ``cfg.steps`` steps of the configured run; see the module docstring.
     ``predicted`` (prompt id -> length) replaces the predictions of rank quality
     ``sim.predictor_spearman``: e.g. the lengths a real run's predictor gave its planner."""
-    from ..schedule.planning import make_control_core, plan_minibatches
+    from ..schedule.assembly import PlanLengths, assemble_core, assemble_observers, generation_devices
+    from ..schedule.planning import plan_minibatches
     from ..tasks import epochs_needed
 
     setup = setup_from_config(cfg)
@@ -316,54 +318,27 @@ def simulate(cfg, run_dir: Optional[Path] = None, workload: Optional[Workload] =
     epochs = epochs_needed(workload.num_prompts, cfg.steps, cfg.rl.global_batch_size)
     items = plan_items(workload, predicted)
     plan, minibatches = plan_minibatches(cfg, items, epochs)
-    core = make_control_core(cfg, minibatches, setup.num_actors, replan=sim_refit(cfg, items))
+    plan_lengths = PlanLengths(dict(items), "simulated")   # what a real run reads from its run directory
+    core = assemble_core(cfg, minibatches, plan_lengths, setup.num_actors)
     cluster = SimCluster(setup, {p.id: p for p in workload.prompts}, rewards=sim_rewards(cfg))
     stats = SimStats(setup.num_actors)
-    recorder = replans = None
-    layout = cfg.layout
-    devices = layout.nodes * layout.devices_per_node
-    gen_devices = devices if setup.colocated else layout.gen_nodes * layout.devices_per_node
+    observers = None
     if run_dir is not None:
-        from ..metrics.recorder import RunRecorder
-
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         plan.save(run_dir / "plan.json")
-        recorder = RunRecorder(run_dir, setup.num_actors, gen_devices, tensorboard=False, start=0.0)
-        replans = sim_replan_observer(cfg, items, run_dir)
+        observers = assemble_observers(cfg, run_dir, setup.num_actors, plan_lengths, start=0.0, tensorboard=False)
     try:
-        outcome = drive(core, cluster, Fanout(stats, recorder, replans))
+        outcome = drive(core, cluster, stats if observers is None else observers.fanout(stats))
     finally:
-        if recorder is not None:
-            recorder.close()
-    result = _result(cfg, setup, workload, stats, cluster, outcome, devices, gen_devices, core)
+        if observers is not None:
+            observers.close()
+    layout = cfg.layout
+    devices = layout.nodes * layout.devices_per_node
+    result = _result(cfg, setup, workload, stats, cluster, outcome, devices, generation_devices(cfg), core)
     if run_dir is not None:
         (run_dir / "sim_result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     return result
-
-
-def sim_refit(cfg, items):
-    """The core's re-plan rule with ``scheduler.refit=history`` (as a real run's: the run's
-    planner, the lengths the first plan used as the prior), else None."""
-    from ..schedule.configured import build_plan
-    from ..schedule.refit import epoch_replan
-
-    sched = cfg.scheduler
-    if str(getattr(sched, "refit", "none")) == "none":
-        return None
-    return epoch_replan(lambda its: build_plan(cfg, its), dict(items), float(getattr(sched, "refit_weight", 4.0)))
-
-
-def sim_replan_observer(cfg, items, run_dir: Path):
-    """The real run's re-plan and predictor report (``schedule/epoch_report.EpochReplanner``)."""
-    from ..schedule.epoch_report import EpochReplanner
-
-    sched = cfg.scheduler
-    return EpochReplanner(run_dir, dict(items), cfg.rl.n_samples_per_prompt, refit=str(getattr(sched, "refit", "none")),
-                          weight=float(getattr(sched, "refit_weight", 4.0)),
-                          batching=str(cfg.engine.get("batching", "static") or "static"),
-                          max_num_seqs=cfg.engine.get("max_num_seqs"),
-                          describe={"scheduler": sched.name, "predictor": "simulated"})
 
 
 def sim_rewards(cfg):
