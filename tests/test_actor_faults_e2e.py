@@ -120,8 +120,11 @@ def test_killed_actor_without_restarts_is_retired_and_the_other_finishes(ray_clu
 
 
 def test_failed_weight_load_is_retried_and_recorded(ray_cluster, tmp_path):
+    # One generation actor: the failed transfer and its retry are that actor's; a second adds
+    # only its start-up.
     cfg, run_dir, summary = run(tmp_path, "weights.transport=collective", "weights.bucket_mb=0.5",
-                                "weights.prefetch=false", faults=FaultPlan(fail_transfer_once=2))
+                                "weights.prefetch=false", "layout.nodes=2", "layout.gen_nodes=1",
+                                faults=FaultPlan(fail_transfer_once=2))
     check_ledger(cfg, summary, run_dir)
     faults = summary["faults"]
     failed = [f for f in faults if f["kind"] == "load_failed"]

@@ -20,7 +20,9 @@ SMALL = ["task.num_prompts=8", "steps=3", "rl.global_batch_size=4", "rl.mini_bat
          "scheduler=asp", "mode=async", "algo.filter_groups=std", "algo.overlong_buffer_len=16",
          # Below the correctness weight (1.0) less the integrity weight (0.2): a group with a spread of
          # correctness then has one of reward too, whatever the penalties.
-         "algo.overlong_penalty_factor=0.5"]
+         "algo.overlong_penalty_factor=0.5",
+         # One generation actor: rejection and refill are the core's, whichever actor generates.
+         "layout.nodes=2", "layout.gen_nodes=1"]
 
 
 def read_jsonl(path):

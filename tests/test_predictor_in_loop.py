@@ -188,8 +188,9 @@ def _train(tmp_path, kind):
     from mindspeed_rl_asp.config.load import make_run_dir
     from mindspeed_rl_asp.runtime.driver import run_training
 
+    # One generation actor: the checks are on the predictor and the plan, not on actors.
     cfg = load_config([*SMALL, "steps=2", "scheduler=asp", f"scheduler.predictor={kind}",
-                       f"run_dir={tmp_path / kind}"])
+                       "layout.nodes=2", "layout.gen_nodes=1", f"run_dir={tmp_path / kind}"])
     run_dir = make_run_dir(cfg, "test")
     return run_dir, run_training(cfg, run_dir)
 

@@ -369,7 +369,9 @@ REAL = ["task.num_prompts=12", "steps=9", "rl.global_batch_size=4", "rl.mini_bat
         "rl.n_samples_per_prompt=2", "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=48",
         "scheduler=asp", "scheduler.base_batch_size=2", "scheduler.group_size=2", "scheduler.predictor=ridge",
         "scheduler.profile_share=0.5", "scheduler.refit=history", "scheduler.refit_weight=2",
-        "mode.queue_capacity=32", "eval.num_prompts=0", "eval.save_final_policy=false", "engine.num_threads=1"]
+        "mode.queue_capacity=32", "eval.num_prompts=0", "eval.save_final_policy=false", "engine.num_threads=1",
+        # One generation actor: the re-plans are the core's, whichever actor generates.
+        "layout.nodes=2", "layout.gen_nodes=1"]
 
 
 def test_refit_keys_are_validated():

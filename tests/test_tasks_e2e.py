@@ -13,7 +13,9 @@ pytestmark = pytest.mark.slow
 
 SMALL = ["steps=2", "rl.global_batch_size=2", "rl.mini_batch_size=2", "rl.n_samples_per_prompt=2",
          "rl.micro_batch_size=4", "generate.sampling_config.max_tokens=16", "scheduler.base_batch_size=2",
-         "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=2", "eval.samples_per_prompt=1"]
+         "scheduler.group_size=2", "mode.queue_capacity=32", "eval.num_prompts=2", "eval.samples_per_prompt=1",
+         # One generation actor: the checks are on the task, its rewards and the export, not on actors.
+         "layout.nodes=2", "layout.gen_nodes=1"]
 
 
 @pytest.fixture(scope="module")
