@@ -486,8 +486,10 @@ def test_tiny_example_trains_two_steps(tmp_path, ray_cluster):
     from mindspeed_rl_asp.cli.train import main
 
     run_dir = tmp_path / "run"
+    # One generation actor (layout.gen_nodes=1): the checks are on the imported job, not on actors.
     rc = main(["--mindspeed-config", str(TINY), *TINY_USER, "steps=2", "task.num_prompts=16", "eval.num_prompts=0",
-               "generate.sampling_config.max_tokens=96", f"run_dir={run_dir}"])
+               "generate.sampling_config.max_tokens=96", "layout.nodes=2", "layout.gen_nodes=1",
+               f"run_dir={run_dir}"])
     assert rc == 0
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())

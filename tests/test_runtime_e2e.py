@@ -22,6 +22,9 @@ SMALL = ["task.num_prompts=24", "steps=2", "rl.global_batch_size=4", "rl.mini_ba
 # For the runs that stop early: one generation actor is all their checks need, and each
 # actor's process start-up is most of a short run's time.
 ONE_ACTOR = ("layout.nodes=2", "layout.gen_nodes=1")
+# Hybrid runs a colocated actor per node: two nodes (two actors, not the local layout's
+# three) still interleave generation and training across actors.
+HYBRID = ("mode=hybrid", "layout.nodes=2")
 
 
 def run(tmp_path, *overrides, **options):
@@ -40,7 +43,7 @@ def read_jsonl(path):
      "eval.samples_per_prompt=2"),
     # verl's global weight sync, and overshoot drained instead of cancelled.
     ("mode=async", "scheduler=fifo", "scheduler.slack=0", "mode.refresh=global", "mode.at_finish=drain"),
-    ("mode=hybrid", "scheduler=fifo", "scheduler.slack=0"),
+    (*HYBRID, "scheduler=fifo", "scheduler.slack=0"),
 ])
 def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     phases = []
@@ -84,7 +87,7 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     assert any((run_dir / "tensorboard").iterdir())
 
 
-@pytest.mark.parametrize("mode", ["mode=async", "mode=hybrid"])  # hybrid: asp planned step by step
+@pytest.mark.parametrize("mode", [("mode=async",), HYBRID], ids=["mode=async", "mode=hybrid"])  # hybrid: asp step by step
 def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_redispatched(ray_cluster, tmp_path,
                                                                                            mode):
     """Three epochs over 8 prompts, with actor 0's first minibatch failing (one run for both:
@@ -94,7 +97,7 @@ def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_re
 
     from mindspeed_rl_asp.tasks import base_prompt_id
 
-    cfg, run_dir, summary = run(tmp_path, mode, "scheduler=asp", "task.num_prompts=8", "steps=6",
+    cfg, run_dir, summary = run(tmp_path, *mode, "scheduler=asp", "task.num_prompts=8", "steps=6",
                                 faults=FaultPlan(fail_actor_once=0))
     assert summary["steps"] == 6 and summary["epochs"] == 3
     consumed = summary["consumed_prompt_ids"]
