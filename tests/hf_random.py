@@ -1,4 +1,4 @@
-"""Randomly initialised Hugging Face checkpoints of the Qwen2 / Qwen3 families, saved to
+"""Randomly initialised Hugging Face checkpoints of the Qwen2 / Qwen3 / Llama families, saved to
 disk the way a downloaded checkpoint is laid out: config.json, safetensors weights and a
 Qwen2Tokenizer (byte-level BPE, tokenizer_class Qwen2Tokenizer, a ChatML chat template),
 so that ``model.path=DIR`` is exercised exactly as with a real one. No hub is reachable
@@ -43,9 +43,11 @@ def qwen_tokenizer(chat_template: bool = True):
 
 def save_random_checkpoint(path, family: str = "qwen3", chat_template: bool = True, seed: int = 0,
                            hidden_size: int = 32, num_layers: int = 2, max_positions: int = 1024) -> Path:
-    """A random ``family`` (qwen3 | qwen2) causal LM with :func:`qwen_tokenizer`, saved at ``path``."""
+    """A random ``family`` (qwen3 | qwen2 | llama) causal LM with :func:`qwen_tokenizer`, saved at
+    ``path`` (llama: the architecture of SmolLM and Llama 3, which a user trained with)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
 
     path = Path(path)
     tokenizer = qwen_tokenizer(chat_template)
@@ -58,8 +60,10 @@ def save_random_checkpoint(path, family: str = "qwen3", chat_template: bool = Tr
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden_size // 4, **common))
     elif family == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
     else:
-        raise ValueError(f"family={family!r}: qwen3 or qwen2")
+        raise ValueError(f"family={family!r}: qwen3, qwen2 or llama")
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path

@@ -1,5 +1,6 @@
-"""model.path=DIR: any Hugging Face causal LM checkpoint of the Qwen2 / Qwen3 families, with
-its own tokenizer, for generation, training and export (random checkpoints saved here)."""
+"""model.path=DIR: a Hugging Face causal LM checkpoint (the Qwen2, Qwen3 and Llama
+families are tested), with its own tokenizer, for generation, training and export (random
+checkpoints saved here)."""
 import pytest
 import torch
 
@@ -8,7 +9,7 @@ from mindspeed_rl_asp.engines.base import SamplingParams, TrainBatch
 from mindspeed_rl_asp.engines.hf import HFGenerationEngine, HFTrainingEngine, load_tokenizer, nll_loss
 
 
-@pytest.fixture(scope="module", params=["qwen3", "qwen2"])
+@pytest.fixture(scope="module", params=["qwen3", "qwen2", "llama"])
 def checkpoint(request, tmp_path_factory):
     return save_random_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
 
