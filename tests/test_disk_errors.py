@@ -61,7 +61,7 @@ def test_an_actors_disk_error_is_unwrapped_from_rays_task_error():
     the driver hands on the OSError itself, so the command prints its one line."""
     import ray.exceptions
 
-    from mindspeed_rl_asp.runtime.driver import os_error_of
+    from mindspeed_rl_asp.runtime.ray_cluster import os_error_of
 
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "run/checkpoints/step_000002.partial/policy")
     wrapped = ray.exceptions.RayTaskError("save_checkpoint", "Traceback ...\nOSError: ...", full)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from omegaconf import OmegaConf
 
 from .faults import FaultPlan
+from .ray_cluster import os_error_of
 
 
 def _ray_options(placement_group, slot, resource: str, threads: int, extra_env: dict | None = None) -> dict:
@@ -550,13 +551,6 @@ def last_checkpoint(run: Run | None, resume):
 def first_line(error: BaseException) -> str:
     text = str(error)
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
-
-
-def os_error_of(error: BaseException) -> BaseException:
-    """The OSError an actor raised (a checkpoint or export write: disk full, read-only),
-    which Ray hands over wrapped in a task error; any other error as it is."""
-    cause = getattr(error, "cause", None)
-    return cause if isinstance(cause, OSError) else error
 
 
 def with_resume_hint(error: BaseException, run_dir: Path, latest) -> BaseException:

@@ -71,6 +71,13 @@ def _describe(error) -> str:
     return text
 
 
+def os_error_of(error: BaseException) -> BaseException:
+    """The OSError an actor raised (a checkpoint or export write: disk full, read-only),
+    which Ray hands over wrapped in a task error; any other error as it is."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, OSError) else error
+
+
 def process_died(error) -> bool:
     """Whether a Ray call failed because the actor's process died or is unreachable
     (``RayActorError`` and its kinds), not because the call raised (``RayTaskError``)."""
@@ -178,8 +185,7 @@ class RayCluster:
         try:
             return Done(action, self.write_checkpoint(action, self.now()))
         except Exception as error:  # noqa: BLE001 - any failure to write ends the run with its cause
-            cause = getattr(error, "cause", None)
-            return Failed(action, _describe(error), info=cause if isinstance(cause, OSError) else error)
+            return Failed(action, _describe(error), info=os_error_of(error))
 
     def _probe(self, actor: int):
         """A call Ray runs once ``actor`` is alive again (or fails once it never will)."""
