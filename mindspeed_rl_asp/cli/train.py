@@ -193,9 +193,8 @@ def describe_weights(cfg) -> str:
     """One line: how versions reach the actors (weights.transport)."""
     w = cfg.weights
     if w.transport == "collective":
-        from ..weights.collective import backend_for
-
         from ..control.core import prefetches
+        from ..weights.collective import backend_for
 
         # The core issues Prefetch only where it can overlap generation (not in hybrid).
         arrival = "prefetched as the core decides, once published" if prefetches(cfg) else "sent at load"
