@@ -31,3 +31,17 @@ def ray_cluster():
         yield ray
     finally:
         ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with end-to-end runs first (the most tests marked ``slow`` first), each file's
+    tests in their own order. scripts/test.sh runs two pytest-xdist workers that take a
+    whole file at a time (``--dist loadfile``): the long files start at once and the many
+    short ones fill in at the end, so one worker does not finish a long file alone."""
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        path = str(item.path)
+        first.setdefault(path, index)
+        slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (-slow[str(item.path)], first[str(item.path)]))

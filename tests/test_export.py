@@ -85,6 +85,7 @@ def floor_python_path(floor: str):
     return os.environ.get("ASP_TRANSFORMERS_FLOOR")
 
 
+@pytest.mark.slow
 def test_the_export_reloads_under_the_declared_transformers_floor(tmp_path):
     """final_policy/ (bfloat16 source, trained weights) loads through the project's own
     loader under the transformers version pyproject.toml declares as its floor, in a fresh

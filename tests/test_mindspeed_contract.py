@@ -36,6 +36,7 @@ def contract_results(tmp_path_factory):
                      {"RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 32})})
 
 
+@pytest.mark.slow   # its child runs MindSpeed-RL's dock and queue actors: about a minute
 @pytest.mark.parametrize("name", CHECKS)
 def test_contract(contract_results, name):
     assert name in contract_results, f"the child ran no check {name!r}"
