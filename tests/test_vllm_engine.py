@@ -249,9 +249,10 @@ SMALL = ["engine=vllm", "task.num_prompts=16", "steps=3", "rl.global_batch_size=
 
 @needs_vllm
 @pytest.mark.slow
-# async: the local layout (2 vLLM actors beside the trainer); hybrid on 2 colocated nodes,
-# not 3, to start one vLLM engine less (starting one is most of each run's time).
-@pytest.mark.parametrize("mode", [("mode=async",), ("mode=hybrid", "layout.nodes=2")])
+# One vLLM actor each (async: beside the trainer; hybrid: colocated with it): starting a
+# vLLM engine is most of each run's time, and runs with several actors are the hf engine's.
+@pytest.mark.parametrize("mode", [("mode=async", "layout.nodes=2", "layout.gen_nodes=1"),
+                                  ("mode=hybrid", "layout.nodes=1")])
 def test_asp_train_with_vllm(ray_cluster, tmp_path, mode):
     import json
 
