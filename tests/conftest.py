@@ -23,7 +23,8 @@ def random_policy_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """The one local Ray cluster of this test session (CPU slots for the local layout)."""
+    """The one local Ray cluster of this test session (with scripts/test.sh's pytest-xdist
+    workers: of this worker), with CPU slots for the local layout."""
     import ray
 
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)

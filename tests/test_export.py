@@ -53,16 +53,27 @@ def test_a_float32_source_exports_float32(tmp_path):
     assert {v.dtype for v in load_file(str(out / "model.safetensors")).values()} == {torch.float32}
 
 
-RELOAD = """
+def reload_facts(path: str) -> dict:
+    """The export loaded through the project's own loader: the transformers version, the
+    token ids and last logits of a short prompt, and the rope theta it read."""
+    import transformers
+
+    from mindspeed_rl_asp.engines.hf import load_policy
+
+    model, tokenizer = load_policy(path)
+    ids = tokenizer("<|maze_start|><|0-0|>", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+    return {"version": transformers.__version__, "ids": ids, "logits": logits.tolist(),
+            "rope_theta": getattr(model.config, "rope_theta", None) or model.config.rope_parameters["rope_theta"]}
+
+
+# reload_facts in a fresh process (this file on its path): the floor's transformers goes first.
+RELOAD = f"""
 import json, sys
-import torch, transformers
-from mindspeed_rl_asp.engines.hf import load_policy
-model, tokenizer = load_policy(sys.argv[1])
-ids = tokenizer("<|maze_start|><|0-0|>", add_special_tokens=False)["input_ids"]
-with torch.no_grad():
-    logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
-print(json.dumps({"version": transformers.__version__, "ids": ids, "logits": logits.tolist(),
-                  "rope_theta": getattr(model.config, "rope_theta", None) or model.config.rope_parameters["rope_theta"]}))
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from test_export import reload_facts
+print(json.dumps(reload_facts(sys.argv[1])))
 """
 
 
@@ -106,7 +117,6 @@ def test_the_export_reloads_under_the_declared_transformers_floor(tmp_path):
     reloaded = json.loads(subprocess.run([sys.executable, "-c", RELOAD, str(out)], env=env, check=True,
                                          capture_output=True, text=True).stdout.strip().splitlines()[-1])
     assert reloaded["version"].split(".")[:2] == floor.split(".")[:2]
-    here = json.loads(subprocess.run([sys.executable, "-c", RELOAD, str(out)], check=True, capture_output=True,
-                                     text=True).stdout.strip().splitlines()[-1])
+    here = reload_facts(str(out))   # the installed version, in this process
     assert reloaded["ids"] == here["ids"] and reloaded["rope_theta"] == here["rope_theta"]
     assert torch.allclose(torch.tensor(reloaded["logits"]), torch.tensor(here["logits"]), atol=1e-4)
