@@ -6,6 +6,9 @@ test kills only that pid. With ``fault.actor_restarts=1`` Ray brings the actor b
 the core refreshes it before it generates again; with 0 it is retired and the other
 actor finishes the run. Either way the killed minibatch is generated once more and the
 ledger is exact: every prompt trained once per epoch, every step trained.
+
+The restarted actor's run also carries the failed weight load (collective transport): one
+run of two actors instead of two.
 """
 import json
 import os
@@ -40,8 +43,9 @@ def run(tmp_path, *overrides, **options):
     return cfg, run_dir, run_training(cfg, run_dir, **options)
 
 
-def run_killing_actor(tmp_path, actor: int, *overrides):
-    """A run whose ``actor`` is killed with SIGKILL while it generates its first minibatch."""
+def run_killing_actor(tmp_path, actor: int, *overrides, fail_transfer_once=None):
+    """A run whose ``actor`` is killed with SIGKILL while it generates its first minibatch
+    (``fail_transfer_once``: FaultPlan's, also armed)."""
     flag = tmp_path / "held-actor.pid"
     killed: list[int] = []
     run_over = threading.Event()
@@ -58,7 +62,8 @@ def run_killing_actor(tmp_path, actor: int, *overrides):
     killer = threading.Thread(target=kill_when_held, daemon=True)
     killer.start()
     try:
-        cfg, run_dir, summary = run(tmp_path, *overrides, faults=FaultPlan(hold_actor_once=(actor, str(flag))))
+        faults = FaultPlan(hold_actor_once=(actor, str(flag)), fail_transfer_once=fail_transfer_once)
+        cfg, run_dir, summary = run(tmp_path, *overrides, faults=faults)
     finally:
         run_over.set()
         killer.join(timeout=10)
@@ -81,17 +86,32 @@ def killed_minibatch(summary, actor):
     return died[0]["minibatch"]
 
 
-def test_killed_actor_is_restarted_and_its_minibatch_regenerated(ray_cluster, tmp_path):
+def test_killed_actor_is_restarted_and_a_failed_weight_load_is_retried(ray_cluster, tmp_path):
+    """Two faults in one run of one generation actor: its process is killed in its first
+    minibatch and restarted; later, its first weight transfer (collective transport) fails
+    after 2 buckets and is retried. The order is certain: no version is trained (so none is
+    transferred) before the restarted actor generates the killed minibatch again."""
     # One generation actor, so that the run needs it back (with two, the other may finish
     # the run before the restart does, and the probe is cancelled at Finish).
     cfg, run_dir, summary = run_killing_actor(tmp_path, 0, "fault.actor_restarts=1", "layout.nodes=2",
-                                              "layout.gen_nodes=1")
+                                              "layout.gen_nodes=1", "weights.transport=collective",
+                                              "weights.bucket_mb=0.5", "weights.prefetch=false",
+                                              fail_transfer_once=2)
     check_ledger(cfg, summary, run_dir)
-    mb = killed_minibatch(summary, 0)
-    kinds = [(f["kind"], f["actor"]) for f in summary["faults"]]
-    assert kinds == [("died", 0), ("restarted", 0)], summary["faults"]
-    assert summary["faults"][1]["version"] == 0           # the new process holds the starting checkpoint
+    # Each fault once, in this order (nothing else: no second death, no second failed load).
+    assert [(f["kind"], f["actor"]) for f in summary["faults"]] == [
+        ("died", 0), ("restarted", 0), ("load_failed", 0), ("load_retried", 0)], summary["faults"]
     spans = read_jsonl(run_dir / "timeline.jsonl")
+    check_restarted(summary, spans)
+    check_load_retried(summary, spans)
+
+
+def check_restarted(summary, spans):
+    """Actor 0 died mid-minibatch, came back holding the starting checkpoint, and
+    regenerated the killed minibatch with weights it loaded since."""
+    mb = killed_minibatch(summary, 0)
+    restarted = next(f for f in summary["faults"] if f["kind"] == "restarted")
+    assert restarted["version"] == 0           # the new process holds the starting checkpoint
     assert len([s for s in spans if s["kind"] == "generate" and s["label"] == mb]) == 1
     assert [s["lane"] for s in spans if s["kind"] == "restart"] == ["gen-0"]
     # After its restart, actor 0 generates only with versions it loaded since (or 0).
@@ -103,7 +123,23 @@ def test_killed_actor_is_restarted_and_its_minibatch_regenerated(ray_cluster, tm
         elif s["kind"] == "generate":
             generated.append(s["info"]["version"])
             assert s["info"]["version"] in loaded, (s, loaded)
-    assert summary["generation_failures"] == 1
+    assert summary["generation_failures"] == 1   # the killed minibatch; a failed load is not one
+
+
+def check_load_retried(summary, spans):
+    """One weight load failed mid-transfer, was recorded, and the actor's next load retried it."""
+    faults = summary["faults"]
+    failed = [f for f in faults if f["kind"] == "load_failed"]
+    assert len(failed) == 1 and "failed after 2 of" in failed[0]["error"], faults
+    # The actor's next load is the retry: of the refresh target then, which is the failed
+    # version or, if the trainer published meanwhile, a newer one.
+    retried = [f for f in faults if f["kind"] == "load_retried"]
+    assert [f["actor"] for f in retried] == [failed[0]["actor"]], faults
+    assert retried[0]["version"] >= failed[0]["version"] and retried[0]["t"] >= failed[0]["t"]
+    lane = f"gen-{failed[0]['actor']}"
+    assert [s["label"] for s in spans if s["kind"] == "load_failed"] == [f"v{failed[0]['version']}"]
+    assert any(s["kind"] == "load_weights" and s["lane"] == lane and s["label"] == f"v{retried[0]['version']}"
+               for s in spans)
 
 
 def test_killed_actor_without_restarts_is_retired_and_the_other_finishes(ray_cluster, tmp_path):
@@ -117,28 +153,6 @@ def test_killed_actor_without_restarts_is_retired_and_the_other_finishes(ray_clu
     assert [s["lane"] for s in regenerated] == ["gen-0"]
     assert not [s for s in spans if s["lane"] == "gen-1" and s["kind"] in ("generate", "load_weights")
                 and s["start"] > died_at]
-
-
-def test_failed_weight_load_is_retried_and_recorded(ray_cluster, tmp_path):
-    # One generation actor: the failed transfer and its retry are that actor's; a second adds
-    # only its start-up.
-    cfg, run_dir, summary = run(tmp_path, "weights.transport=collective", "weights.bucket_mb=0.5",
-                                "weights.prefetch=false", "layout.nodes=2", "layout.gen_nodes=1",
-                                faults=FaultPlan(fail_transfer_once=2))
-    check_ledger(cfg, summary, run_dir)
-    faults = summary["faults"]
-    failed = [f for f in faults if f["kind"] == "load_failed"]
-    assert len(failed) == 1 and "failed after 2 of" in failed[0]["error"], faults
-    # The actor's next load is the retry: of the refresh target then, which is the failed
-    # version or, if the trainer published meanwhile, a newer one.
-    retried = [f for f in faults if f["kind"] == "load_retried"]
-    assert [f["actor"] for f in retried] == [failed[0]["actor"]], faults
-    assert retried[0]["version"] >= failed[0]["version"] and retried[0]["t"] >= failed[0]["t"]
-    spans = read_jsonl(run_dir / "timeline.jsonl")
-    lane = f"gen-{failed[0]['actor']}"
-    assert [s["label"] for s in spans if s["kind"] == "load_failed"] == [f"v{failed[0]['version']}"]
-    assert any(s["kind"] == "load_weights" and s["lane"] == lane and s["label"] == f"v{retried[0]['version']}"
-               for s in spans)
 
 
 def test_last_actor_retired_stops_the_run_with_a_clear_error(ray_cluster, tmp_path):
