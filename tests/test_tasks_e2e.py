@@ -1,7 +1,8 @@
 """asp-train end to end on a user's job: a saved random Qwen3 checkpoint with its own
 tokenizer and chat template, trained for 2 steps on (1) a jsonl math dataset with a math
 reward and a user's reward function, (2) maze rows in MAZE-REASONING-GRPO-V0.1's own
-layout (parquet), scored with the original AlphaMaze rewards and MazeBench's rule."""
+layout (parquet), scored with the original AlphaMaze rewards and MazeBench's rule, planned
+with the lm predictor in the loop."""
 import json
 
 import pytest
@@ -69,6 +70,9 @@ def test_jsonl_math_dataset_with_a_math_reward(ray_cluster, tmp_path, qwen3_dir,
 def test_maze_rows_in_the_datasets_own_layout(ray_cluster, tmp_path, qwen3_dir):
     import datasets
 
+    from mindspeed_rl_asp.config.load import load_config
+    from mindspeed_rl_asp.schedule.configured import configured_task
+    from mindspeed_rl_asp.schedule.predictors import load_predictor
     from mindspeed_rl_asp.tasks.maze import MazeTaskSpec, dataset_row, make_dataset
 
     rows = [dataset_row(item) for item in make_dataset(8, 1, MazeTaskSpec(min_size=3, max_size=5))]
@@ -77,9 +81,9 @@ def test_maze_rows_in_the_datasets_own_layout(ray_cluster, tmp_path, qwen3_dir):
     run_dir = tmp_path / "run"
     # The rows carry no reference length: the lm predictor, fitted on samples of the
     # starting policy (the paper's step 1), gives the planner its lengths.
-    rc = main(["task=maze_dataset", f"task.path={path}", "task.correctness_reward=mazebench_correctness",
-               "scheduler=asp", "scheduler.predictor=lm", "rl.max_prompt_length=512", f"model.path={qwen3_dir}",
-               f"run_dir={run_dir}", *SMALL])
+    job = ["task=maze_dataset", f"task.path={path}", "task.correctness_reward=mazebench_correctness",
+           "scheduler=asp", "scheduler.predictor=lm", "rl.max_prompt_length=512", f"model.path={qwen3_dir}", *SMALL]
+    rc = main([*job, f"run_dir={run_dir}"])
     assert rc == 0
     summary, metrics = read(run_dir)
     assert summary["steps"] == 2 and summary["task"]["name"] == "dataset"
@@ -89,5 +93,12 @@ def test_maze_rows_in_the_datasets_own_layout(ray_cluster, tmp_path, qwen3_dir):
     assert "held_out" not in summary and summary["training_prompts"]["change"]["correctness"]["prompts"] == 2
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["planner"] != "fifo" and plan["groups"]
-    assert json.loads((run_dir / "predictor.json").read_text())["kind"] == "lm"
+    # This run is also the lm predictor's run in the loop (test_predictor_in_loop runs ridge):
+    # of the 8 prompts, 4 profiled (the fewest), 2 of them held out; every prompt planned;
+    # the saved predictor loads.
+    report = json.loads((run_dir / "predictor.json").read_text())
+    assert report["kind"] == "lm" and report["profiled"] == 4 and report["held_out"]["prompts"] == 2
     assert (run_dir / "length_predictor" / "meta.json").is_file()
+    assert sorted(i for g in plan["groups"] for mb in g for i in mb["ids"]) == sorted(
+        p.id for p in configured_task(load_config(job)).prompts)
+    load_predictor(run_dir / "length_predictor", "lm")
