@@ -1,4 +1,15 @@
-"""The Ray runtime end to end: a few real GRPO steps in each mode, and its fault paths."""
+"""The Ray runtime end to end: a few real GRPO steps in each mode, and its fault paths.
+
+Each run starts its actors (a process importing torch each, most of a short run's time),
+so there are five runs, each carrying every check it can:
+
+* async ASP, rolling refresh, two generation actors: KL term, held-out comparison;
+* async FIFO, global refresh across two generation actors, drain at finish: three epochs
+  with a failed minibatch re-dispatched;
+* hybrid ASP, two colocated actors: three epochs with a failed minibatch re-dispatched,
+  and no generation overlapping a training step;
+* a trainer error and Ctrl-C, one generation actor each: a clean stop.
+"""
 import json
 import os
 import signal
@@ -37,30 +48,49 @@ def read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("overrides", [
-    # The full system also runs the KL term and the held-out comparison.
-    ("mode=async", "scheduler=asp", "scheduler.slack=1", "algo.kl_coef=0.05", "eval.num_prompts=6",
-     "eval.samples_per_prompt=2"),
-    # verl's global weight sync, and overshoot drained instead of cancelled.
-    ("mode=async", "scheduler=fifo", "scheduler.slack=0", "mode.refresh=global", "mode.at_finish=drain"),
-    (*HYBRID, "scheduler=fifo", "scheduler.slack=0"),
-])
-def test_each_mode_trains(ray_cluster, tmp_path, overrides):
+# Three epochs over 8 prompts (6 steps of 4), with actor 0's first minibatch failing.
+THREE_EPOCHS = ("task.num_prompts=8", "steps=6")
+FAIL_FIRST_MINIBATCH = FaultPlan(fail_actor_once=0)
+
+
+@pytest.mark.parametrize("overrides, faults", [
+    # The full system (async ASP, rolling refresh over two generation actors) also runs the
+    # KL term and the held-out comparison.
+    (("mode=async", "scheduler=asp", "scheduler.slack=1", "algo.kl_coef=0.05", "eval.num_prompts=6",
+      "eval.samples_per_prompt=2"), None),
+    # verl's global weight sync across two generation actors, and overshoot drained instead
+    # of cancelled; over three epochs with a failed minibatch (re-dispatched under a global
+    # refresh). FIFO with no slack plans exactly the 24 prompts the six steps train, so
+    # every minibatch, the retry too, finishes before the last step whatever the timing:
+    # the retry is never drained (nor cancelled) at finish.
+    (("mode=async", "scheduler=fifo", "scheduler.slack=0", "mode.refresh=global", "mode.at_finish=drain",
+      *THREE_EPOCHS), FAIL_FIRST_MINIBATCH),
+    # Hybrid (colocated, ASP step by step) over three epochs with a failed minibatch.
+    ((*HYBRID, "scheduler=asp", *THREE_EPOCHS), FAIL_FIRST_MINIBATCH),
+], ids=["async-asp-kl-eval", "async-fifo-global-drain-3epochs-failure", "hybrid-asp-3epochs-failure"])
+def test_each_mode_trains(ray_cluster, tmp_path, overrides, faults):
     phases = []
-    cfg, run_dir, summary = run(tmp_path, *overrides, on_phase=phases.append)
-    assert summary["steps"] == 2
+    cfg, run_dir, summary = run(tmp_path, *overrides, on_phase=phases.append, faults=faults)
+    check_trained(cfg, run_dir, summary, phases)
+    if faults is not None:
+        check_epochs_and_redispatched_minibatch(cfg, run_dir, summary)
+
+
+def check_trained(cfg, run_dir, summary, phases):
+    """A finished run: its steps, start-up phases, samples, metrics and files."""
+    assert summary["steps"] == cfg.steps
     # Start-up is reported phase by phase, in order, before the first step.
     assert [p.split(":")[0] for p in phases] == ["plan ready", "Ray cluster up", "placement ready", "models loaded",
                                                 "first minibatch generated"]
     assert summary["at_finish"]["at_finish"] == cfg.mode.at_finish and not summary["at_finish"]["interrupted"]
     consumed = summary["consumed_prompt_ids"]
-    assert len(consumed) == len(set(consumed)) == 2 * cfg.rl.global_batch_size
+    assert len(consumed) == len(set(consumed)) == cfg.steps * cfg.rl.global_batch_size
     rows = read_jsonl(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["step"] for r in rows] == list(range(cfg.steps))
     # What the model wrote: every trained sample, with its prompt, reward and version.
     written = read_jsonl(run_dir / "rollouts.jsonl")
     per_step = cfg.rl.global_batch_size * cfg.rl.n_samples_per_prompt
-    assert [r["step"] for r in written] == [0] * per_step + [1] * per_step
+    assert [r["step"] for r in written] == [step for step in range(cfg.steps) for _ in range(per_step)]
     assert {r["prompt_id"] for r in written} == set(consumed)
     assert all(isinstance(r["response"], str) and r["version"] <= r["step"] for r in written)
     for r in rows:
@@ -87,18 +117,15 @@ def test_each_mode_trains(ray_cluster, tmp_path, overrides):
     assert any((run_dir / "tensorboard").iterdir())
 
 
-@pytest.mark.parametrize("mode", [("mode=async",), HYBRID], ids=["mode=async", "mode=hybrid"])  # hybrid: asp step by step
-def test_steps_beyond_the_prompts_train_more_epochs_and_a_failed_minibatch_is_redispatched(ray_cluster, tmp_path,
-                                                                                           mode):
-    """Three epochs over 8 prompts, with actor 0's first minibatch failing (one run for both:
-    each run starts its actors, most of its time): the failed minibatch is generated exactly
-    once more and every prompt is still trained once per epoch."""
+def check_epochs_and_redispatched_minibatch(cfg, run_dir, summary):
+    """Steps beyond the prompts train more epochs, and a failed minibatch is re-dispatched
+    (THREE_EPOCHS, FAIL_FIRST_MINIBATCH): the failed minibatch is generated exactly once
+    more and every prompt is still trained once per epoch."""
     from collections import Counter
 
     from mindspeed_rl_asp.tasks import base_prompt_id
 
-    cfg, run_dir, summary = run(tmp_path, *mode, "scheduler=asp", "task.num_prompts=8", "steps=6",
-                                faults=FaultPlan(fail_actor_once=0))
+    assert cfg.steps == 6 and cfg.task.num_prompts == 8
     assert summary["steps"] == 6 and summary["epochs"] == 3
     consumed = summary["consumed_prompt_ids"]
     assert len(consumed) == len(set(consumed)) == 24
