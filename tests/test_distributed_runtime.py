@@ -16,6 +16,7 @@
   transport, and (with vllm installed) a vLLM actor
   taking collective versions into its running engine.
 """
+import copy
 import importlib.util
 import json
 from dataclasses import replace
@@ -62,6 +63,22 @@ def sample(cfg, num_prompts, seed=7):
     return [p.id for p in prompts], payload, gen.engine.model.state_dict()
 
 
+def in_process_trainer(config, model_path):
+    """The single-rank reference as a TrainingWorker in this process, not an actor: an actor
+    process costs its start-up (torch, transformers) for one or two steps. It computes as a
+    ``num_cpus=1`` actor does: the engine sets torch to ``engine.num_threads`` (1) threads
+    here as there (float reductions in the same order), and torch.distributed is not
+    initialised in this process, so it is a world of one."""
+    import torch.distributed as dist
+
+    from mindspeed_rl_asp.runtime.training_unit import TrainingWorker
+
+    assert config.engine.num_threads == 1 and not (dist.is_available() and dist.is_initialized())
+    worker = TrainingWorker(config, model_path)
+    assert torch.get_num_threads() == 1
+    return worker
+
+
 def test_two_rank_step_equals_the_single_rank_step(ray_cluster):
     """6 prompts x 3 samples, 2 optimizer updates of 9 samples: blocks of 5 and 4 rows in
     micro-batches of 4 (5 = 4 + 1; 4 = 4 + a dummy one), with the KL term."""
@@ -77,16 +94,18 @@ def test_two_rank_step_equals_the_single_rank_step(ray_cluster):
     # not a divisor of 9 (the workers do not re-validate)
     args = [replace(config, rl=replace(config.rl, micro_batch_size=4)), path]
     actor = ray.remote(num_cpus=1)(TrainingWorker)
-    single, *ranks = [actor.remote(*args) for _ in range(3)]
+    ranks = [actor.remote(*args) for _ in range(2)]
     try:
-        ray.get([a.ready.remote() for a in (single, *ranks)])
+        ray.get([a.ready.remote() for a in ranks])
         connect_trainer_ranks(ranks, "cpu", local=True)
-        one = ray.get(single.train_step.remote(0, ids, payload))
-        two = ray.get([r.train_step.remote(0, ids, payload) for r in ranks])
-        w1 = ray.get(single.export_weights.remote()).tensors
+        stepped = [r.train_step.remote(0, ids, payload) for r in ranks]
+        single = in_process_trainer(*args)   # while the ranks step
+        one = single.train_step(0, ids, copy.deepcopy(payload))
+        w1 = single.export_weights().tensors
+        two = ray.get(stepped)
         exports = ray.get([r.export_weights.remote() for r in ranks])
     finally:
-        for a in (single, *ranks):
+        for a in ranks:
             ray.kill(a)
     assert exports[1] is None and set(exports[0].tensors) == set(w1)
     w2 = exports[0].tensors
@@ -274,26 +293,27 @@ def test_checkpoint_taken_on_one_rank_resumes_on_two(ray_cluster, tmp_path):
     ids, payload, _ = sample(cfg, cfg.rl.global_batch_size)
     args = list(worker_args(cfg))
     actor = ray.remote(num_cpus=1)(TrainingWorker)
-    single = actor.remote(*args)
+    single = in_process_trainer(*args)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    others = []
+    single.train_step(0, ids, copy.deepcopy(payload))
+    single.save_checkpoint(str(ckpt))
+    resumed_args = [args[0], str(ckpt / "policy")]
+    ranks = [actor.remote(*resumed_args) for _ in range(2)]
     try:
-        ray.get(single.train_step.remote(0, ids, payload))
-        ray.get(single.save_checkpoint.remote(str(ckpt)))
-        resumed_args = [args[0], str(ckpt / "policy")]
-        *ranks, weights_only = others = [actor.remote(*resumed_args) for _ in range(3)]
-        ray.get([a.ready.remote() for a in others])
+        ray.get([a.ready.remote() for a in ranks])
         connect_trainer_ranks(ranks, "cpu", local=True)
         ray.get([r.load_checkpoint.remote(str(ckpt), 1) for r in ranks])   # the state after step 0: version 1
-        ray.get(single.train_step.remote(1, ids, payload))
-        ray.get([r.train_step.remote(1, ids, payload) for r in ranks])
-        ray.get(weights_only.train_step.remote(0, ids, payload))
-        w1 = ray.get(single.export_weights.remote()).tensors
+        stepped = [r.train_step.remote(1, ids, payload) for r in ranks]
+        single.train_step(1, ids, copy.deepcopy(payload))   # while the ranks step
+        w1 = single.export_weights().tensors
+        weights_only = in_process_trainer(*resumed_args)
+        weights_only.train_step(0, ids, copy.deepcopy(payload))
+        fresh = weights_only.export_weights().tensors
+        ray.get(stepped)
         w2 = ray.get([r.export_weights.remote() for r in ranks])[0].tensors
-        fresh = ray.get(weights_only.export_weights.remote()).tensors
     finally:
-        for a in (single, *others):
+        for a in ranks:
             ray.kill(a)
     differs = 0
     for name in w1:
