@@ -1,8 +1,9 @@
 """Run MindSpeed-RL checks in a child process: the NPU stand-ins and the MindSpeed-RL
 checkout on its PYTHONPATH (so the stand-in named vllm never shadows the real vllm of the
 test session), HF offline, and no bytecode written into the read-only checkout. Used by
-tests/test_mindspeed_contract.py and tests/test_mindspeed_cpu_path.py; each child script
-writes {check: "ok" | error} as JSON."""
+tests/test_mindspeed_contract.py (the one child, all_checks_child.py, that runs the
+contract's and the cpu path's checks) and tests/test_mindspeed_cpu_path.py (skip_reason);
+the child writes its results as JSON."""
 from __future__ import annotations
 
 import importlib.util

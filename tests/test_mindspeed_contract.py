@@ -1,10 +1,11 @@
 """Contract tests against a real MindSpeed-RL checkout (MINDSPEED_RL_CHECKOUT=/path/to/it).
 
-The checks run in one child process (tests/mindspeed_stubs/contract_child.py) with the
+The checks run in one child process (tests/mindspeed_stubs/all_checks_child.py) with the
 stubs of MindSpeed-RL's NPU-only imports and the checkout on its PYTHONPATH, so the stub
 named vllm never shadows the real vllm of this session, and with a Ray of its own that
 offers 32 logical CPUs (GRPOTransferDock and TransferQueueManager reserve 10 each; the
-session's cluster has 4). What they check: ``import mindspeed_rl`` with the stubs; the
+session's cluster has 4). The same child runs the engine=mindspeed cpu path's checks
+(test_cpu_path, see tests/test_mindspeed_cpu_path.py). What the contract checks: ``import mindspeed_rl`` with the stubs; the
 engine's calls against the real signatures; the weight map against MindSpeed-RL's QKV
 split, name adaptors and fc1 gather; the queue adapter through the real GRPOTransferDock
 and TransferQueue; the in-process dock model against the real dock; MindSpeed-RL's own
@@ -12,8 +13,6 @@ advantage stage over ASP's samples. Without a checkout they skip, saying why; th
 at the bottom run everywhere.
 """
 import importlib.util
-import json
-import os
 import sys
 
 import pytest
@@ -21,26 +20,42 @@ from types import SimpleNamespace
 
 from mindspeed_child import run_child, skip_reason
 
-CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli_functions",
+CONTRACT_CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli_functions",
           "qkv_split_matches_mindspeed_rl", "names_match_mindspeed_rl_weight_adaptors",
           "fc1_gather_matches_mindspeed_rl", "transfer_dock_round_trip", "dock_model_matches_the_real_dock",
           "default_gbs_train_returns_nothing_on_the_real_dock", "mindspeed_rl_advantage_stage_reads_asp_samples",
           "transfer_queue_round_trip")
+# engine=mindspeed on CPU through MindSpeed-RL's own orchestration (tests/mindspeed_stubs/cpu_path_child.py).
+CPU_PATH_CHECKS = ("job_composes_with_its_model_group", "rl_config_is_what_its_launcher_reads",
+                   "validate_rl_args_sets_the_dispatch_sizes", "job_errors_name_the_key",
+                   "kl_controller_is_mindspeed_rls", "worker_group_is_placed_on_asps_groups",
+                   "stale_batch_equals_the_hf_engine", "dropping_the_weights_changes_the_loss",
+                   "update_without_a_kl_controller_is_refused", "weights_come_back_through_the_megatron_map")
 
 
 @pytest.fixture(scope="module")
-def contract_results(tmp_path_factory):
-    # A Ray of the child's own offering 32 logical CPUs: GRPOTransferDock and
-    # TransferQueueManager reserve 10 each.
-    return run_child("contract_child.py", tmp_path_factory.mktemp("mindspeed_contract"),
-                     {"RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 32})})
+def child_results(tmp_path_factory):
+    """Both check lists from one child: one interpreter, one ``import mindspeed_rl`` and one
+    Ray instead of two. Only this file reads them: with scripts/test.sh's pytest-xdist
+    workers (--dist loadfile) another file would run its own child."""
+    return run_child("all_checks_child.py", tmp_path_factory.mktemp("mindspeed_checks"))
 
 
-@pytest.mark.slow   # its child runs MindSpeed-RL's dock and queue actors: about a minute
-@pytest.mark.parametrize("name", CHECKS)
-def test_contract(contract_results, name):
-    assert name in contract_results, f"the child ran no check {name!r}"
-    assert contract_results[name] == "ok", contract_results[name]
+def check_outcome(results: dict, name: str) -> None:
+    assert name in results, f"the child ran no check {name!r}"
+    assert results[name] == "ok", results[name]
+
+
+@pytest.mark.slow   # its child runs MindSpeed-RL's dock, queue and cpu worker actors: over a minute
+@pytest.mark.parametrize("name", CONTRACT_CHECKS)
+def test_contract(child_results, name):
+    check_outcome(child_results["contract"], name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CPU_PATH_CHECKS)
+def test_cpu_path(child_results, name):
+    check_outcome(child_results["cpu_path"], name)
 
 
 # ----------------------------------------------------------------------------- everywhere

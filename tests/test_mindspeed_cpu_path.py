@@ -1,10 +1,11 @@
 """engine=mindspeed on CPU, through MindSpeed-RL's own orchestration (engine.mindspeed_workers=cpu).
 
-The checks that import MindSpeed-RL run in a child process (tests/mindspeed_stubs/
-cpu_path_child.py, see tests/mindspeed_child.py); without a MindSpeed-RL checkout they skip,
-saying why. The end-to-end run is `asp-train` in a process of its own (it puts the NPU
-stand-ins on its path, which must never happen in this session). The pure parts (the
-importance-weight fold, the placement) run everywhere."""
+The checks that import MindSpeed-RL (tests/mindspeed_stubs/cpu_path_child.py) run in the
+contract's child process and are read there: tests/test_mindspeed_contract.py::test_cpu_path
+(one interpreter, one ``import mindspeed_rl`` and one Ray for both lists); without a
+MindSpeed-RL checkout they skip, saying why. The end-to-end run is `asp-train` in a process
+of its own (it puts the NPU stand-ins on its path, which must never happen in this
+session). The pure parts (the importance-weight fold, the placement) run everywhere."""
 import json
 import math
 import os
@@ -14,26 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mindspeed_child import child_env, run_child, skip_reason
+from mindspeed_child import skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKS = ("job_composes_with_its_model_group", "rl_config_is_what_its_launcher_reads",
-          "validate_rl_args_sets_the_dispatch_sizes", "job_errors_name_the_key", "kl_controller_is_mindspeed_rls",
-          "worker_group_is_placed_on_asps_groups", "stale_batch_equals_the_hf_engine",
-          "dropping_the_weights_changes_the_loss", "update_without_a_kl_controller_is_refused",
-          "weights_come_back_through_the_megatron_map")
-
-
-@pytest.fixture(scope="module")
-def cpu_path_results(tmp_path_factory):
-    return run_child("cpu_path_child.py", tmp_path_factory.mktemp("mindspeed_cpu_path"))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", CHECKS)
-def test_cpu_path(cpu_path_results, name):
-    assert name in cpu_path_results, f"the child ran no check {name!r}"
-    assert cpu_path_results[name] == "ok", cpu_path_results[name]
 
 
 @pytest.mark.slow

@@ -1,14 +1,11 @@
-"""The MindSpeed-RL contract checks, run in a child process by tests/test_mindspeed_contract.py
-with this directory and a MindSpeed-RL checkout on PYTHONPATH (so the stubs shadow vllm
-here, and only here) and a Ray of its own with enough logical CPUs for the dock and the
-queue manager (``num_cpus=10`` each). Writes {check: "ok" | "skip: why" | error} as JSON.
-
-Usage: python contract_child.py OUT.json
+"""The MindSpeed-RL contract checks, run in a child process (all_checks_child.py, for
+tests/test_mindspeed_contract.py) with this directory and a MindSpeed-RL checkout on
+PYTHONPATH (so the stubs shadow vllm here, and only here) and a Ray of its own with enough
+logical CPUs for the dock and the queue manager (``num_cpus=10`` each).
 """
 from __future__ import annotations
 
 import os
-import sys
 from types import SimpleNamespace
 
 from child_checks import Checks, expect
@@ -130,13 +127,26 @@ def same_groups(got, want):
         expect(all(np.allclose(x, y, rtol=0, atol=0) for x, y in zip(a.logprobs, b.logprobs)), f"{a.prompt_id}: logprobs")
 
 
-@check
-def transfer_dock_round_trip():
+DOCKS = {}
+
+
+def dock_channel(prompts, n):
+    """make_channel("transfer_dock", prompts, n), one for the checks that ask for the same
+    shape (each dock is an actor process that imports MindSpeed-RL: about 5 CPU-s), emptied
+    by clear() for each (transfer_dock_round_trip checks that clear() empties it)."""
     from mindspeed_rl_asp.integrations.mindspeed.queue import make_channel
 
-    channel = make_channel("transfer_dock", 4, 3)
+    if (prompts, n) not in DOCKS:
+        DOCKS[prompts, n] = make_channel("transfer_dock", prompts, n)
+    DOCKS[prompts, n].clear()   # whatever a check that failed before left in it
+    return DOCKS[prompts, n]
+
+
+@check
+def transfer_dock_round_trip():
+    channel = dock_channel(3, 4)   # the advantage stage's dock too
     for step in range(2):   # two steps: clear() really empties the dock between them
-        groups = sample_groups(4, 3, seed=step)
+        groups = sample_groups(3, 4, seed=step)
         channel.put_groups(groups)
         same_groups(channel.get_groups(), groups)
         channel.clear()
@@ -229,10 +239,9 @@ def mindspeed_rl_advantage_stage_reads_asp_samples():
     from mindspeed_rl.trainer.utils.compute_utils import compute_advantage
 
     from mindspeed_rl_asp.algo.grpo import group_advantages
-    from mindspeed_rl_asp.integrations.mindspeed.queue import make_channel
 
     n, prompts = 4, 3
-    channel = make_channel("transfer_dock", prompts, n)
+    channel = dock_channel(prompts, n)   # the round trip's dock
     groups = sample_groups(prompts, n, seed=5)
     indexes = channel.put_groups(groups)
     rewards = [float((i * 7) % 5) for i in range(prompts * n)]
@@ -266,7 +275,8 @@ def mindspeed_rl_advantage_stage_reads_asp_samples():
     expect(all(torch.allclose(batch["advantages"][i][:lengths[i]], batch["advantages"][i][0].expand(lengths[i]))
                for i in range(len(index))), "per-token advantages differ within a response")
     channel.clear()
-    ray.kill(dock)
+    ray.kill(dock)   # its last user
+    del DOCKS[prompts, n]
 
 
 @check
@@ -280,21 +290,3 @@ def transfer_queue_round_trip():
         same_groups(channel.get_groups(), groups)
         channel.clear()
 
-
-def main(out_path: str) -> int:
-    import ray
-
-    def before(name: str) -> None:
-        if name == "transfer_dock_round_trip" and not ray.is_initialized():
-            # Enough logical CPUs: GRPOTransferDock and TransferQueueManager reserve 10 each.
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-
-    try:
-        return check.run(out_path, before)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

@@ -1,21 +1,19 @@
 """engine=mindspeed through MindSpeed-RL's own orchestration on CPU (engine.mindspeed_workers=cpu),
-checked in a child process (see tests/mindspeed_child.py) by tests/test_mindspeed_cpu_path.py.
+checked in a child process (all_checks_child.py, after the contract's checks; see
+tests/mindspeed_child.py) for tests/test_mindspeed_contract.py::test_cpu_path.
 
 Each check pins one failure the path had before (issue 16) or a guarantee it gives now:
 the job composed with its Hydra defaults, MindSpeed-RL's config classes built from
 DictConfigs and validated by its validate_rl_args, its KL controller, a RayActorGroup of
 integrated workers on ASP's placement groups, and one stale batch through the CPU workers
 (MindSpeed-RL's loss) equal in loss and gradient to the hf engine with this project's TIS
-loss. Writes {check: "ok" | error} as JSON.
-
-Usage: python cpu_path_child.py OUT.json
+loss. The Ray they run on (all_checks_child.start_ray) offers one logical NPU.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -225,20 +223,3 @@ def weights_come_back_through_the_megatron_map():
                                              f"only held {sorted(set(held) - set(exported))[:4]}")
     expect(all(torch.equal(exported[k], held[k]) for k in held), "the same values")
 
-
-def main(out_path: str) -> int:
-    import ray
-
-    from mindspeed_rl_asp.integrations.mindspeed.job import use_mindspeed_rl
-
-    use_mindspeed_rl("cpu")
-    ray.init(num_cpus=2, resources={"NPU": 1}, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    try:
-        return check.run(out_path)
-    finally:
-        ray.shutdown()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
