@@ -5,11 +5,11 @@ stubs of MindSpeed-RL's NPU-only imports and the checkout on its PYTHONPATH, so 
 named vllm never shadows the real vllm of this session, and with a Ray of its own that
 offers 32 logical CPUs (GRPOTransferDock and TransferQueueManager reserve 10 each; the
 session's cluster has 4). The same child runs the engine=mindspeed cpu path's checks
-(test_cpu_path, see tests/test_mindspeed_cpu_path.py). What the contract checks: ``import mindspeed_rl`` with the stubs; the
-engine's calls against the real signatures; the weight map against MindSpeed-RL's QKV
-split, name adaptors and fc1 gather; the queue adapter through the real GRPOTransferDock
-and TransferQueue; the in-process dock model against the real dock; MindSpeed-RL's own
-advantage stage over ASP's samples. Without a checkout they skip, saying why; the tests
+(test_cpu_path, see tests/test_mindspeed_cpu_path.py). What the contract checks:
+``import mindspeed_rl`` with the stubs; the engine's calls against the real signatures; the
+weight map against MindSpeed-RL's QKV split, name adaptors and fc1 gather; the queue
+adapter through the real GRPOTransferDock and TransferQueue; the in-process dock model
+against the real dock; MindSpeed-RL's own advantage stage over ASP's samples. Without a checkout they skip, saying why; the tests
 at the bottom run everywhere.
 """
 import importlib.util
@@ -21,10 +21,10 @@ from types import SimpleNamespace
 from mindspeed_child import run_child, skip_reason
 
 CONTRACT_CHECKS = ("import_mindspeed_rl_with_stubs", "engine_api_signatures", "engine_cli_functions",
-          "qkv_split_matches_mindspeed_rl", "names_match_mindspeed_rl_weight_adaptors",
-          "fc1_gather_matches_mindspeed_rl", "transfer_dock_round_trip", "dock_model_matches_the_real_dock",
-          "default_gbs_train_returns_nothing_on_the_real_dock", "mindspeed_rl_advantage_stage_reads_asp_samples",
-          "transfer_queue_round_trip")
+                   "qkv_split_matches_mindspeed_rl", "names_match_mindspeed_rl_weight_adaptors",
+                   "fc1_gather_matches_mindspeed_rl", "transfer_dock_round_trip", "dock_model_matches_the_real_dock",
+                   "default_gbs_train_returns_nothing_on_the_real_dock",
+                   "mindspeed_rl_advantage_stage_reads_asp_samples", "transfer_queue_round_trip")
 # engine=mindspeed on CPU through MindSpeed-RL's own orchestration (tests/mindspeed_stubs/cpu_path_child.py).
 CPU_PATH_CHECKS = ("job_composes_with_its_model_group", "rl_config_is_what_its_launcher_reads",
                    "validate_rl_args_sets_the_dispatch_sizes", "job_errors_name_the_key",
