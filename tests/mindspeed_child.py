@@ -45,14 +45,14 @@ def child_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_child(script: str, out_dir: Path, extra_env: dict | None = None, timeout: int = 900) -> dict:
+def run_child(script: str, out_dir: Path, timeout: int = 900) -> dict:
     """Run ``mindspeed_stubs/<script>`` (skipping the caller when MindSpeed-RL is absent) and
     return its results."""
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
     out = out_dir / "results.json"
-    run = subprocess.run([sys.executable, str(CHILDREN / script), str(out)], env=child_env(extra_env),
+    run = subprocess.run([sys.executable, str(CHILDREN / script), str(out)], env=child_env(),
                          capture_output=True, text=True, timeout=timeout)
     if not out.exists():
         pytest.fail(f"{script} wrote no results (exit {run.returncode}):\n{run.stderr[-4000:]}")
