@@ -1,6 +1,6 @@
 """Both MindSpeed-RL check lists in one child process (see tests/mindspeed_child.py), run by
 tests/test_mindspeed_contract.py: contract_child.py's, then cpu_path_child.py's. One child
-instead of one a list saves an interpreter, an ``import mindspeed_rl`` (with torch and
+instead of one per list saves an interpreter, an ``import mindspeed_rl`` (with torch and
 transformers) and a Ray start. Writes {"contract": {check: "ok" | error}, "cpu_path": {...}}
 as JSON.
 
