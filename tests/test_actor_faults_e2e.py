@@ -116,12 +116,11 @@ def check_restarted(summary, spans):
     assert [s["lane"] for s in spans if s["kind"] == "restart"] == ["gen-0"]
     # After its restart, actor 0 generates only with versions it loaded since (or 0).
     back = next(s["end"] for s in spans if s["kind"] == "restart")
-    loaded, generated = {0}, []
+    loaded = {0}
     for s in sorted((s for s in spans if s["lane"] == "gen-0" and s["start"] >= back), key=lambda s: s["start"]):
         if s["kind"] == "load_weights":
             loaded.add(int(s["label"][1:]))
         elif s["kind"] == "generate":
-            generated.append(s["info"]["version"])
             assert s["info"]["version"] in loaded, (s, loaded)
     assert summary["generation_failures"] == 1   # the killed minibatch; a failed load is not one
 

@@ -541,6 +541,11 @@ class ControlCore:
         self.training = TrainStep(step, ids, versions)
         return self.training
 
+    def _free_actors(self) -> list[int]:
+        """The idle actors, but those whose prefetch runs: they wait for it, and their load
+        then only swaps (section Prefetch)."""
+        return [a for a in self.dispatcher.idle_actors() if a not in self._prefetching]
+
     def _feed_actors(self) -> list[Action]:
         """Refresh every idle actor that is behind (if work remains), then hand out the
         next minibatches to the up-to-date idle actors, lowest id first, until one may not
@@ -549,15 +554,13 @@ class ControlCore:
         if self._next_dispatch() is None:
             return out
         target = self.refresh_target
-        # An actor whose prefetch runs waits for it: its load then only swaps (section Prefetch).
-        idle = [a for a in self.dispatcher.idle_actors() if a not in self._prefetching]
-        for actor in idle:
+        for actor in self._free_actors():
             if self.dispatcher.needs_refresh(actor, target):
                 self.dispatcher.start_load(actor, target)
                 out.append(LoadWeights(actor, target))
         if self._paused():
             return out
-        for actor in [a for a in self.dispatcher.idle_actors() if a not in self._prefetching]:
+        for actor in self._free_actors():   # those just sent a load are no longer idle
             nxt = self._next_dispatch()
             if nxt is None:
                 break
